@@ -1,0 +1,48 @@
+# libdsv4 — the two set-up commands of the README, plus a few conveniences.
+#   make run        install missing Debian packages, build, run `dsv4 run` on the CPU backend
+#   make test       install, build, run every test
+#   make test-asan  the suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make bench      build and run the CPU benchmarks
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+CTEST_FLAGS ?= --output-on-failure
+
+.PHONY: all deps configure build run test test-asan bench clean format-check
+
+all: build
+
+deps:
+	@./.ci/install-deps.sh
+
+$(BUILD)/build.ninja: | deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+
+configure: $(BUILD)/build.ninja
+
+build: deps configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	$(BUILD)/bin/dsv4 info
+	$(BUILD)/bin/dsv4 run --backend cpu
+
+test: build
+	cd $(BUILD) && ctest $(CTEST_FLAGS) -j $(JOBS)
+
+test-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSV4_SANITIZE=address,undefined \
+	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest $(CTEST_FLAGS) -j $(JOBS) -LE no-asan
+
+bench: build
+	$(BUILD)/bin/dsv4_bench_cpu
+
+format-check:
+	cmake-format --check $$(git ls-files 'CMakeLists.txt' '*/CMakeLists.txt' '*.cmake')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

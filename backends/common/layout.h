@@ -1,0 +1,217 @@
+// KV-cache layout byte maps (spec section 3), written once for every backend: where an entry's
+// data and scales live inside a block, block geometry, row dequantisation and the vLLM quantiser.
+#pragma once
+
+#include <stdint.h>
+
+#include "codec.h"
+#include "dsv4/dsv4_types.h"
+#include "hd.h"
+
+namespace dsv4 {
+
+constexpr int kHeadDim = 512;      // d_v, and d_qk of every DSV4 layout
+constexpr int kNopeDim = 448;      // FP8 part of the 584 B layout
+constexpr int kRopeDim = 64;       // bf16 tail
+constexpr int kV4TileDim = 64;     // UE8M0 quantisation tile (584 B layout)
+constexpr int kV4Tiles = 7;        // 448 / 64
+constexpr int kV4DataBytes = 576;  // per-entry data stride inside a block (448 + 128)
+constexpr int kV4ScaleBytes = 8;   // 7 scale bytes + 1 pad
+constexpr int kV4TokenBytes = 584;
+constexpr int kV32HeadDimQK = 576;
+constexpr int kV32TokenBytes = 656;  // 512 fp8 + 4 fp32 + 64 bf16
+constexpr int kV32TileDim = 128;
+constexpr int kV32Tiles = 4;
+constexpr float kFp8Max = 448.0f;
+
+DSV4_HD bool layout_is_known(uint32_t layout) {
+  return layout == DSV4_KV_LAYOUT_BF16 || layout == DSV4_KV_LAYOUT_FP8_V4_584B ||
+         layout == DSV4_KV_LAYOUT_FP8_V32_656B || layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+}
+
+DSV4_HD int layout_bytes_per_token(uint32_t layout) {
+  switch (layout) {
+    case DSV4_KV_LAYOUT_BF16: return 2 * kHeadDim;
+    case DSV4_KV_LAYOUT_FP8_V4_584B: return kV4TokenBytes;
+    case DSV4_KV_LAYOUT_FP8_V32_656B: return kV32TokenBytes;
+    case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR: return kHeadDim;
+    default: return 0;
+  }
+}
+
+// Dims a key of this layout holds (q . k runs over these).
+DSV4_HD int layout_head_dim_qk(uint32_t layout) {
+  return layout == DSV4_KV_LAYOUT_FP8_V32_656B ? kV32HeadDimQK : kHeadDim;
+}
+
+// Smallest legal block stride for `block_size` entries (FlashMLA pads 584 B blocks to 576 B units).
+DSV4_HD int64_t layout_min_block_bytes(uint32_t layout, int64_t block_size) {
+  if (layout == DSV4_KV_LAYOUT_FP8_V4_584B) {
+    const int64_t content = block_size * kV4TokenBytes;
+    return (content + kV4DataBytes - 1) / kV4DataBytes * kV4DataBytes;
+  }
+  return block_size * layout_bytes_per_token(layout);
+}
+
+// Byte offset, inside its block, of entry e's data (for every layout).
+DSV4_HD int64_t entry_data_offset(uint32_t layout, int64_t e) {
+  return layout == DSV4_KV_LAYOUT_FP8_V4_584B ? e * kV4DataBytes : e * layout_bytes_per_token(layout);
+}
+
+// 584 B layout: byte offset, inside its block, of entry e's 8 scale bytes.
+DSV4_HD int64_t v4_scale_offset(int64_t block_size, int64_t e) {
+  return block_size * kV4DataBytes + e * kV4ScaleBytes;
+}
+
+// Address of slot `slot` in a cache whose block 0 is at `base`.
+struct slot_address {
+  int64_t block;
+  int64_t entry;
+};
+DSV4_HD slot_address split_slot(int64_t slot, int64_t block_size) {
+  return slot_address{slot / block_size, slot % block_size};
+}
+
+// Dequantises one cache entry to fp32, every value rounded to bf16 (spec 3.2: the products are
+// bf16-exact for every scale the writer produces, so this equals FlashMLA's bf16 multiply).
+// out receives layout_head_dim_qk(layout) values. Per-tensor FP8 returns the raw e4m3 values; the
+// caller applies kv_scale to logits and outputs (that is how the fused kernels fold it).
+DSV4_HD void dequant_entry(uint32_t layout, const uint8_t* block_base, int64_t block_size,
+                           int64_t e, float* out) {
+  const uint8_t* p = block_base + entry_data_offset(layout, e);
+  switch (layout) {
+    case DSV4_KV_LAYOUT_BF16: {
+      for (int d = 0; d < kHeadDim; ++d)
+        out[d] = bf16_to_f32(static_cast<uint16_t>(p[2 * d] | (p[2 * d + 1] << 8)));
+      break;
+    }
+    case DSV4_KV_LAYOUT_FP8_V4_584B: {
+      const uint8_t* sc = block_base + v4_scale_offset(block_size, e);
+      for (int k = 0; k < kV4Tiles; ++k) {
+        const float s = ue8m0_to_f32(sc[k]);
+        for (int j = 0; j < kV4TileDim; ++j) {
+          const int d = k * kV4TileDim + j;
+          out[d] = round_to_bf16(fp8_e4m3_to_f32(p[d]) * s);
+        }
+      }
+      const uint8_t* r = p + kNopeDim;
+      for (int j = 0; j < kRopeDim; ++j)
+        out[kNopeDim + j] = bf16_to_f32(static_cast<uint16_t>(r[2 * j] | (r[2 * j + 1] << 8)));
+      break;
+    }
+    case DSV4_KV_LAYOUT_FP8_V32_656B: {
+      for (int k = 0; k < kV32Tiles; ++k) {
+        float s;
+        memcpy(&s, p + kHeadDim + 4 * k, sizeof s);
+        for (int j = 0; j < kV32TileDim; ++j) {
+          const int d = k * kV32TileDim + j;
+          out[d] = round_to_bf16(fp8_e4m3_to_f32(p[d]) * s);
+        }
+      }
+      const uint8_t* r = p + kHeadDim + 4 * kV32Tiles;
+      for (int j = 0; j < kRopeDim; ++j)
+        out[kHeadDim + j] = bf16_to_f32(static_cast<uint16_t>(r[2 * j] | (r[2 * j + 1] << 8)));
+      break;
+    }
+    case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR: {
+      for (int d = 0; d < kHeadDim; ++d) out[d] = fp8_e4m3_to_f32(p[d]);
+      break;
+    }
+    default: break;
+  }
+}
+
+// Quantises one row into entry e of a block, exactly as vLLM's writers do.
+//   584 B (spec 3.2): x = bf16(values); per 64-dim tile e = ceil(log2(max(amax,1e-4)/448)),
+//                     byte = clamp(e+127, 0, 255), q = e4m3_satfinite(clamp(x * 2^-e, +-448)),
+//                     pad byte 0, RoPE dims stored as bf16.
+//   bf16 (3.3):       bf16(values).
+//   per-tensor (3.4): e4m3_satfinite(clamp(values * (1/kv_scale), +-448)) from the fp32 values.
+//   656 B (3.5):      x = bf16(values); per 128-dim tile scale = 2^ceil(log2(max(amax/448, 1e-4)))
+//                     stored as fp32, q = e4m3(x / scale); RoPE dims 512..575 as bf16.
+// `values` holds layout_head_dim_qk(layout) fp32 values.
+DSV4_HD void quantize_entry(uint32_t layout, uint8_t* block_base, int64_t block_size, int64_t e,
+                            const float* values, float kv_scale) {
+  uint8_t* p = block_base + entry_data_offset(layout, e);
+  switch (layout) {
+    case DSV4_KV_LAYOUT_BF16: {
+      for (int d = 0; d < kHeadDim; ++d) {
+        const uint16_t h = f32_to_bf16(values[d]);
+        p[2 * d] = static_cast<uint8_t>(h & 0xff);
+        p[2 * d + 1] = static_cast<uint8_t>(h >> 8);
+      }
+      break;
+    }
+    case DSV4_KV_LAYOUT_FP8_V4_584B: {
+      uint8_t* sc = block_base + v4_scale_offset(block_size, e);
+      for (int k = 0; k < kV4Tiles; ++k) {
+        float amax = 0.0f;
+        for (int j = 0; j < kV4TileDim; ++j) {
+          const float a = round_to_bf16(values[k * kV4TileDim + j]);
+          const float m = a < 0 ? -a : a;
+          amax = m > amax ? m : amax;
+        }
+        amax = amax > 1e-4f ? amax : 1e-4f;
+        int ex = ceil_log2(amax / kFp8Max);
+        int byte = ex + 127;
+        byte = byte < 0 ? 0 : (byte > 255 ? 255 : byte);
+        ex = byte - 127;
+        const float inv = (ex >= -126 && ex <= 127) ? exp2_int(-ex) : 0.0f;
+        for (int j = 0; j < kV4TileDim; ++j) {
+          float x = round_to_bf16(values[k * kV4TileDim + j]) * inv;
+          x = x > kFp8Max ? kFp8Max : (x < -kFp8Max ? -kFp8Max : x);
+          p[k * kV4TileDim + j] = f32_to_fp8_e4m3(x);
+        }
+        sc[k] = static_cast<uint8_t>(byte);
+      }
+      sc[kV4Tiles] = 0;
+      uint8_t* r = p + kNopeDim;
+      for (int j = 0; j < kRopeDim; ++j) {
+        const uint16_t h = f32_to_bf16(values[kNopeDim + j]);
+        r[2 * j] = static_cast<uint8_t>(h & 0xff);
+        r[2 * j + 1] = static_cast<uint8_t>(h >> 8);
+      }
+      break;
+    }
+    case DSV4_KV_LAYOUT_FP8_V32_656B: {
+      for (int k = 0; k < kV32Tiles; ++k) {
+        float amax = 0.0f;
+        for (int j = 0; j < kV32TileDim; ++j) {
+          const float a = round_to_bf16(values[k * kV32TileDim + j]);
+          const float m = a < 0 ? -a : a;
+          amax = m > amax ? m : amax;
+        }
+        float t = amax / kFp8Max;
+        t = t > 1e-4f ? t : 1e-4f;
+        const int ex = ceil_log2(t);
+        const float scale = exp2_int(ex);
+        const float inv = exp2_int(-ex);
+        for (int j = 0; j < kV32TileDim; ++j) {
+          float x = round_to_bf16(values[k * kV32TileDim + j]) * inv;
+          x = x > kFp8Max ? kFp8Max : (x < -kFp8Max ? -kFp8Max : x);
+          p[k * kV32TileDim + j] = f32_to_fp8_e4m3(x);
+        }
+        memcpy(p + kHeadDim + 4 * k, &scale, sizeof scale);
+      }
+      uint8_t* r = p + kHeadDim + 4 * kV32Tiles;
+      for (int j = 0; j < kRopeDim; ++j) {
+        const uint16_t h = f32_to_bf16(values[kHeadDim + j]);
+        r[2 * j] = static_cast<uint8_t>(h & 0xff);
+        r[2 * j + 1] = static_cast<uint8_t>(h >> 8);
+      }
+      break;
+    }
+    case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR: {
+      const float inv = 1.0f / kv_scale;
+      for (int d = 0; d < kHeadDim; ++d) {
+        float x = values[d] * inv;
+        x = x > kFp8Max ? kFp8Max : (x < -kFp8Max ? -kFp8Max : x);
+        p[d] = f32_to_fp8_e4m3(x);
+      }
+      break;
+    }
+    default: break;
+  }
+}
+
+}  // namespace dsv4

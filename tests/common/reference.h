@@ -1,0 +1,54 @@
+// Independent float64 reference of DeepSeek-V4 sparse attention (spec sections 2 and 3).
+// Written from the spec alone: it shares NO code with backends/ (own FP8/bf16 decoding, own byte
+// maps), so a bug in backends/common cannot hide in both.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dsv4test {
+
+// Layout codes are the public DSV4_KV_LAYOUT_* values.
+struct RefCache {
+  const uint8_t* base = nullptr;  // block 0, host memory; nullptr = absent
+  uint32_t layout = 0;
+  int64_t block_size = 0;
+  int64_t block_stride_bytes = 0;
+  int64_t num_blocks = 0;
+  double kv_scale = 1.0;          // per-tensor FP8 only
+};
+
+// One candidate list of one token: raw index values as the caller wrote them, and the length cap
+// (-1 = no cap). The reference applies the validity rule of spec 2.3 itself.
+struct RefList {
+  std::vector<int32_t> idx;
+  int64_t length = -1;
+};
+
+struct RefProblem {
+  int64_t num_tokens = 0;
+  int64_t num_heads = 0;
+  int64_t head_dim_qk = 512;
+  std::vector<double> q;          // [T][H][d_qk] query values (already dequantised, e.g. bf16 -> double)
+  double scale = 0.0;             // logit scale
+  std::vector<double> sink;       // [H] or empty (no sink); +-inf allowed
+  RefCache main;                  // the indices / SWA cache
+  RefCache extra;                 // the extra / compressed cache (base nullptr if absent)
+  std::vector<RefList> main_lists;   // [T]
+  std::vector<RefList> extra_lists;  // [T] or empty
+};
+
+struct RefResult {
+  std::vector<double> out;        // [T][H][512], NOT rounded to bf16
+  std::vector<double> lse;        // [T][H], natural log, sink excluded, +inf when no valid key
+  std::vector<double> max_logits; // [T][H], -inf when no valid key
+  std::vector<int64_t> valid_count;  // [T] number of valid candidates (for tests' own checks)
+};
+
+// Computes the reference in float64.
+RefResult reference_attention(const RefProblem& p);
+
+// Decodes one cache entry (all head_dim_qk dims) to double; exposed for KV-writer tests.
+std::vector<double> reference_decode_entry(const RefCache& c, int64_t slot);
+
+}  // namespace dsv4test

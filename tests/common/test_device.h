@@ -1,0 +1,31 @@
+// Where a test's tensors live. Conformance tests are written once against this interface and run
+// on any backend: DSV4_TEST_DEVICE=cpu (default) or cuda (needs the CUDA build and a GPU).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "dsv4/dsv4.h"
+
+namespace dsv4test {
+
+class TestDevice {
+ public:
+  virtual ~TestDevice() = default;
+  virtual dsv4_device device() const = 0;       // what tensors say
+  virtual const char* backend() const = 0;      // module to request ("cpu", "cuda")
+  virtual void* alloc(size_t bytes) = 0;        // never nullptr for bytes > 0 (throws)
+  virtual void free(void* p) = 0;
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill(void* dst, unsigned char byte, size_t bytes) = 0;
+  virtual void* stream() = 0;                   // passed to dsv4_run (nullptr on CPU)
+  virtual void synchronize() = 0;
+};
+
+// The device selected by DSV4_TEST_DEVICE (default "cpu"). Returns nullptr with `why` set when the
+// device is not usable here (tests then GTEST_SKIP with that reason).
+std::unique_ptr<TestDevice> make_test_device(std::string* why);
+
+}  // namespace dsv4test
