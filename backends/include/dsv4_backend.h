@@ -76,6 +76,7 @@ typedef struct dsv4_mod_index_list {
   int64_t stride_s;
   int64_t stride_k;           /**< dense: element stride inside a row */
   const int32_t* indptr;      /**< CSR: row t = indices[indptr[t] .. indptr[t+1]) */
+  int64_t num_entries;        /**< CSR: length of the flat indices array (bounds indptr values) */
   const int32_t* lengths;     /**< optional cap: entry i counts only if i < length(t) */
   int64_t len_stride_b;       /**< length(t) = lengths[b*len_stride_b + s*len_stride_s] */
   int64_t len_stride_s;
@@ -138,6 +139,9 @@ typedef struct dsv4_mod_ctx_config {
   int32_t reserved;
 } dsv4_mod_ctx_config;
 
+/** Index-export request; defined in dsv4_backend_export.h (paged mode). */
+struct dsv4_mod_export;
+
 /* ------------------------------------ module -> host ------------------------------------------- */
 typedef struct dsv4_backend_iface {
   uint32_t struct_size;             /**< sizeof the module's table; the host never reads past it */
@@ -160,6 +164,10 @@ typedef struct dsv4_backend_iface {
   dsv4_status (*plan_get_kernel_name)(const void* mplan, char* buffer, size_t capacity);
   dsv4_status (*run)(const void* mplan, const dsv4_mod_run* run);
   dsv4_status (*kv_write)(void* mctx, const dsv4_mod_kv_write* write);
+  /** Paged plans only: writes the index lists a paged run would use into caller buffers in the
+   *  formats engines use (dsv4_export_indices). NULL if unsupported. */
+  dsv4_status (*export_indices)(const void* mplan, const dsv4_mod_run* batch,
+                                const struct dsv4_mod_export* exp);
   /* End of module ABI 1.0 — append only below. */
 } dsv4_backend_iface;
 

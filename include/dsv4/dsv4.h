@@ -285,4 +285,5 @@ DSV4_API dsv4_status dsv4_kv_write(dsv4_ctx* ctx, const dsv4_kv_write_args* args
 } /* extern "C" */
 #endif
 
+#include "dsv4_paged.h"
 #endif /* DSV4_H */

@@ -51,4 +51,17 @@ RefResult reference_attention(const RefProblem& p);
 // Decodes one cache entry (all head_dim_qk dims) to double; exposed for KV-writer tests.
 std::vector<double> reference_decode_entry(const RefCache& c, int64_t slot);
 
+// Independent scalar codecs (spec section 3), for tests that build inputs or read outputs.
+double ref_bf16_to_double(uint16_t bits);
+uint16_t ref_double_to_bf16(double x);  // round to nearest even; NaN -> quiet NaN
+double ref_round_to_bf16(double x);     // nearest bf16 value (RNE), as a double
+double ref_e4m3fn_to_double(uint8_t bits);  // OCP float8_e4m3fn; 0x7f / 0xff are NaN
+double ref_ue8m0_to_double(uint8_t bits);   // 2^(bits-127); 0xff is NaN
+
+// head_dim_qk of a layout (576 for the V3.2 656 B layout, else 512); 0 for an unknown layout.
+int64_t ref_layout_head_dim_qk(uint32_t layout);
+// Bytes of one entry (1024, 584, 656, 512) and the smallest block stride for `block_size` entries.
+int64_t ref_layout_bytes_per_token(uint32_t layout);
+int64_t ref_layout_min_block_bytes(uint32_t layout, int64_t block_size);
+
 }  // namespace dsv4test

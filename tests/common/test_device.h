@@ -28,4 +28,8 @@ class TestDevice {
 // device is not usable here (tests then GTEST_SKIP with that reason).
 std::unique_ptr<TestDevice> make_test_device(std::string* why);
 
+// The CUDA test device (tests/common/test_device_cuda.cpp, built only with DSV4_TEST_HAVE_CUDA).
+// Returns nullptr with `why` set when no usable GPU is present.
+std::unique_ptr<TestDevice> make_cuda_test_device(std::string* why);
+
 }  // namespace dsv4test

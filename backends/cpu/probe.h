@@ -1,0 +1,28 @@
+// What this CPU offers: ISA features (OS-enabled state included), model name, cores, memory.
+#pragma once
+
+#include <cstddef>
+
+#include "dsv4_backend.h"
+
+namespace dsv4 {
+namespace cpu {
+
+struct cpu_features {
+  bool sse42 = false;
+  bool avx2 = false;
+  bool fma = false;
+  bool avx512f = false;  // AVX-512 foundation, with ZMM/opmask state enabled by the OS
+  bool avx512bw = false;
+  bool avx512_bf16 = false;
+};
+
+cpu_features detect_features();
+
+// Module ABI slots.
+dsv4_status probe(int32_t* out_score, int32_t* out_device_count, char* reason,
+                  size_t reason_capacity);
+dsv4_status get_device_info(int32_t index, dsv4_device_info* out_info);
+
+}  // namespace cpu
+}  // namespace dsv4

@@ -1,0 +1,194 @@
+// CPU decode benchmarks (Google Benchmark) on the shapes of shared/perf/targets.md's CPU table:
+// each query token attends to 128 SWA rows (main list) plus 512 or 1024 compressed rows (extra
+// list), no row shared between tokens, attention sink on, explicit mode, FP8 584 B or bf16 caches.
+// Reports GFLOP/s (counter "GFLOP", shown per second) with FLOP = 2 * heads * keys * (512 + 512)
+// per token.
+//
+//   build/bin/dsv4_bench_cpu [--benchmark_filter=fp8] [--benchmark_min_time=2]
+//   DSV4_CPU_THREADS=N sets the backend's worker threads.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dsv4/dsv4.h"
+
+namespace {
+
+constexpr int64_t kDim = 512;
+constexpr int64_t kSwaKeys = 128;
+constexpr int32_t kBlockSize = 64;
+
+constexpr dsv4_device kCpu{DSV4_DEVICE_CPU, 0};
+constexpr dsv4_dtype kBf16{DSV4_DTYPE_CODE_BFLOAT, 16, 1};
+constexpr dsv4_dtype kF32{DSV4_DTYPE_CODE_FLOAT, 32, 1};
+constexpr dsv4_dtype kI32{DSV4_DTYPE_CODE_INT, 32, 1};
+constexpr dsv4_dtype kU8{DSV4_DTYPE_CODE_UINT, 8, 1};
+
+void check(dsv4_status st, const char* what) {
+  if (st != DSV4_STATUS_OK) {
+    throw std::runtime_error(std::string(what) + ": " + dsv4_status_string(st) + ": " +
+                             dsv4_last_error_message());
+  }
+}
+
+dsv4_tensor tensor(void* data, dsv4_dtype dtype, std::vector<int64_t>& shape) {
+  dsv4_tensor t{};
+  t.data = data;
+  t.device = kCpu;
+  t.ndim = static_cast<int32_t>(shape.size());
+  t.dtype = dtype;
+  t.shape = shape.data();
+  return t;
+}
+
+uint16_t to_bf16(float x) {  // round to nearest even; inputs are finite
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// One cache of `rows` random entries, written with dsv4_kv_write.
+struct Cache {
+  dsv4_kv_cache_desc desc{};
+  std::vector<uint8_t> bytes;
+  std::vector<int64_t> shape;
+  dsv4_tensor t{};
+
+  Cache(dsv4_ctx* ctx, uint32_t layout, int64_t rows, std::mt19937& rng) {
+    dsv4_kv_layout_info info;
+    dsv4_kv_layout_info_init(&info);
+    check(dsv4_kv_layout_get_info(layout, kBlockSize, &info), "dsv4_kv_layout_get_info");
+    const int64_t blocks = (rows + kBlockSize - 1) / kBlockSize;
+    desc = dsv4_kv_cache_desc{layout, kBlockSize, info.min_block_stride_bytes, 1.0f, 0};
+    bytes.assign(static_cast<size_t>(blocks * info.min_block_stride_bytes), 0);
+    shape = {blocks, info.min_block_stride_bytes};
+    t = tensor(bytes.data(), kU8, shape);
+    std::normal_distribution<float> normal;
+    std::vector<float> values(static_cast<size_t>(rows * kDim));
+    for (float& v : values) v = normal(rng);
+    std::vector<int32_t> slots(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) slots[i] = static_cast<int32_t>(i);
+    std::vector<int64_t> vshape{rows, kDim}, sshape{rows};
+    dsv4_tensor tv = tensor(values.data(), kF32, vshape);
+    dsv4_tensor ts = tensor(slots.data(), kI32, sshape);
+    dsv4_kv_write_args w;
+    dsv4_kv_write_args_init(&w);
+    w.cache_desc = desc;
+    w.values = &tv;
+    w.slots = &ts;
+    w.cache = &t;
+    check(dsv4_kv_write(ctx, &w), "dsv4_kv_write");
+  }
+};
+
+// Each token gets its own rows, visited in random order (a decode batch shares no rows).
+std::vector<int32_t> make_lists(int64_t tokens, int64_t width, std::mt19937& rng) {
+  std::vector<int32_t> idx(static_cast<size_t>(tokens * width));
+  for (int64_t i = 0; i < tokens * width; ++i) idx[i] = static_cast<int32_t>(i);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::shuffle(idx.begin() + t * width, idx.begin() + (t + 1) * width, rng);
+  }
+  return idx;
+}
+
+// Args: tokens, heads, total keys per token (128 SWA + the rest compressed).
+void run_decode(benchmark::State& state, uint32_t layout) {
+  const int64_t tokens = state.range(0), heads = state.range(1), keys = state.range(2);
+  const int64_t extra = keys - kSwaKeys;
+  std::mt19937 rng(42);
+  dsv4_ctx* ctx = nullptr;
+  check(dsv4_ctx_create(nullptr, &ctx), "dsv4_ctx_create");
+  std::unique_ptr<dsv4_ctx, void (*)(dsv4_ctx*)> ctx_owner(ctx, dsv4_ctx_destroy);
+
+  Cache swa(ctx, layout, tokens * kSwaKeys, rng), cmp(ctx, layout, tokens * extra, rng);
+  std::vector<int32_t> swa_idx = make_lists(tokens, kSwaKeys, rng);
+  std::vector<int32_t> cmp_idx = make_lists(tokens, extra, rng);
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> q(static_cast<size_t>(tokens * heads * kDim)), out(q.size());
+  for (uint16_t& v : q) v = to_bf16(normal(rng));
+  std::vector<float> sink(static_cast<size_t>(heads));
+  for (float& s : sink) s = normal(rng);
+
+  dsv4_plan_options po;
+  dsv4_plan_options_init(&po);
+  po.num_heads = static_cast<int32_t>(heads);
+  po.max_tokens = static_cast<int32_t>(tokens);
+  po.swa_cache = swa.desc;
+  po.extra_cache = cmp.desc;
+  po.topk = static_cast<int32_t>(kSwaKeys);
+  po.extra_topk = static_cast<int32_t>(extra);
+  dsv4_plan* plan = nullptr;
+  check(dsv4_plan_create(ctx, &po, &plan), "dsv4_plan_create");
+  std::unique_ptr<dsv4_plan, void (*)(dsv4_plan*)> plan_owner(plan, dsv4_plan_destroy);
+  size_t ws_bytes = 0;
+  check(dsv4_plan_get_workspace_size(plan, &ws_bytes), "dsv4_plan_get_workspace_size");
+  std::vector<uint8_t> workspace(ws_bytes);
+
+  std::vector<int64_t> q_shape{tokens, heads, kDim}, swa_shape{tokens, kSwaKeys},
+      cmp_shape{tokens, extra}, sink_shape{heads};
+  dsv4_tensor tq = tensor(q.data(), kBf16, q_shape), tout = tensor(out.data(), kBf16, q_shape);
+  dsv4_tensor tswa = tensor(swa_idx.data(), kI32, swa_shape);
+  dsv4_tensor tcmp = tensor(cmp_idx.data(), kI32, cmp_shape);
+  dsv4_tensor tsink = tensor(sink.data(), kF32, sink_shape);
+  dsv4_run_args args;
+  dsv4_run_args_init(&args);
+  args.q = &tq;
+  args.swa_cache = &swa.t;
+  args.extra_cache = &cmp.t;
+  args.attn_sink = &tsink;
+  args.out = &tout;
+  args.indices = &tswa;
+  args.extra_indices = &tcmp;
+  args.workspace = workspace.data();
+  args.workspace_bytes = ws_bytes;
+
+  dsv4_plan_info info;
+  std::memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  check(dsv4_plan_get_info(plan, &info), "dsv4_plan_get_info");
+  state.SetLabel(info.kernel);
+
+  for (auto _ : state) {
+    const dsv4_status st = dsv4_run(plan, &args);
+    if (st != DSV4_STATUS_OK) {
+      state.SkipWithError(dsv4_last_error_message());
+      break;
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  const double flop = 2.0 * static_cast<double>(heads * keys * tokens) * (kDim + kDim);
+  state.counters["GFLOP"] =
+      benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens"] = static_cast<double>(tokens);
+}
+
+void BM_decode_fp8(benchmark::State& state) { run_decode(state, DSV4_KV_LAYOUT_FP8_V4_584B); }
+void BM_decode_bf16(benchmark::State& state) { run_decode(state, DSV4_KV_LAYOUT_BF16); }
+
+void decode_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"tokens", "heads", "keys"});
+  b->Args({8, 64, 640});  // Flash C4A, TP1
+  b->Args({32, 64, 640});
+  b->Args({8, 128, 1152});  // Pro C4A, TP1
+  b->Args({8, 16, 1152});   // Pro C4A, TP8
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+}  // namespace
+
+BENCHMARK(BM_decode_fp8)->Apply(decode_shapes);
+BENCHMARK(BM_decode_bf16)->Apply(decode_shapes);
+
+BENCHMARK_MAIN();

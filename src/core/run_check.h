@@ -1,0 +1,26 @@
+// dsv4_run and dsv4_kv_write: argument validation against the plan / descriptor and translation
+// into the module's normalised views (dsv4_mod_run, dsv4_mod_kv_write).
+#pragma once
+
+#include "dsv4/dsv4.h"
+#include "dsv4_backend.h"
+
+namespace dsv4::detail {
+
+// dsv4_run_args_init / dsv4_kv_write_args_init values.
+dsv4_run_args run_args_default_values();
+dsv4_kv_write_args kv_write_args_default_values();
+
+// Validates `args` (already read under the struct_size rule) against `plan` and fills `out`.
+// Returns false when there is nothing to compute (zero tokens). Throws api_error naming the
+// argument: PLAN_MISMATCH where the arguments disagree with the plan, INVALID_ARGUMENT where they
+// are malformed, WORKSPACE_TOO_SMALL for the workspace. Never reads device memory.
+bool build_mod_run(const dsv4_plan& plan, const dsv4_run_args& args, dsv4_mod_run& out);
+
+// Validates and runs one attention call.
+void run(const dsv4_plan& plan, const dsv4_run_args& args);
+
+// Validates and runs one KV write.
+void kv_write(dsv4_ctx& ctx, const dsv4_kv_write_args& args);
+
+}  // namespace dsv4::detail

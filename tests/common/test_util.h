@@ -1,0 +1,127 @@
+// Small helpers shared by the GoogleTest suites: device buffers, tensor views, the run seed.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dsv4/dsv4.h"
+#include "test_device.h"
+
+namespace dsv4test {
+
+// The run's seed: DSV4_TEST_SEED if set, else fresh from std::random_device. Fixed per process.
+inline uint64_t test_seed() {
+  static const uint64_t seed = [] {
+    const char* env = std::getenv("DSV4_TEST_SEED");
+    if (env != nullptr && *env != '\0')
+      return static_cast<uint64_t>(std::strtoull(env, nullptr, 0));
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ static_cast<uint64_t>(rd());
+  }();
+  return seed;
+}
+
+// A seed for one named case, derived from the run seed (so every case is reproducible alone).
+inline uint64_t case_seed(const std::string& name) {
+  uint64_t h = test_seed() ^ 0x9e3779b97f4a7c15ull;
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+inline std::string seed_note() {
+  return "seed " + std::to_string(test_seed()) +
+         " (rerun with DSV4_TEST_SEED=" + std::to_string(test_seed()) + ")";
+}
+
+// Owns `bytes` of device memory.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(TestDevice* dev, size_t bytes) : dev_(dev), bytes_(bytes) {
+    ptr_ = bytes > 0 ? dev->alloc(bytes) : nullptr;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      dev_ = o.dev_;
+      ptr_ = o.ptr_;
+      bytes_ = o.bytes_;
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  ~DeviceBuffer() { release(); }
+
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  template <typename T>
+  void upload(const std::vector<T>& host) {
+    dev_->upload(ptr_, host.data(), host.size() * sizeof(T));
+  }
+  template <typename T>
+  std::vector<T> download() const {
+    std::vector<T> host(bytes_ / sizeof(T));
+    dev_->synchronize();
+    dev_->download(host.data(), ptr_, host.size() * sizeof(T));
+    return host;
+  }
+  void fill(unsigned char byte) { dev_->fill(ptr_, byte, bytes_); }
+
+ private:
+  void release() {
+    if (ptr_ != nullptr) dev_->free(ptr_);
+    ptr_ = nullptr;
+  }
+  TestDevice* dev_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Uploads a host vector into a new device buffer.
+template <typename T>
+DeviceBuffer to_device(TestDevice* dev, const std::vector<T>& host) {
+  DeviceBuffer b(dev, host.size() * sizeof(T));
+  if (!host.empty()) b.upload(host);
+  return b;
+}
+
+// A dsv4_tensor with its own shape/stride storage (call get() after any move).
+class TensorView {
+ public:
+  TensorView() = default;
+  TensorView(void* data, dsv4_device device, dsv4_dtype dtype, std::vector<int64_t> shape,
+             std::vector<int64_t> strides = {}, uint64_t byte_offset = 0)
+      : shape_(std::move(shape)), strides_(std::move(strides)) {
+    t_.data = data;
+    t_.device = device;
+    t_.dtype = dtype;
+    t_.byte_offset = byte_offset;
+  }
+  dsv4_tensor* get() {
+    t_.ndim = static_cast<int32_t>(shape_.size());
+    t_.shape = shape_.data();
+    t_.strides = strides_.empty() ? nullptr : strides_.data();
+    return &t_;
+  }
+
+ private:
+  std::vector<int64_t> shape_;
+  std::vector<int64_t> strides_;
+  dsv4_tensor t_{};
+};
+
+constexpr dsv4_dtype kBf16{DSV4_DTYPE_CODE_BFLOAT, 16, 1};
+constexpr dsv4_dtype kF32{DSV4_DTYPE_CODE_FLOAT, 32, 1};
+constexpr dsv4_dtype kI32{DSV4_DTYPE_CODE_INT, 32, 1};
+constexpr dsv4_dtype kU8{DSV4_DTYPE_CODE_UINT, 8, 1};
+constexpr dsv4_dtype kE4m3{DSV4_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
+
+}  // namespace dsv4test
