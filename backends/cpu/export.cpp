@@ -9,21 +9,6 @@
 
 namespace {
 
-dsv4::paged_geometry export_geometry(const dsv4_plan_options& plan, const dsv4_mod_run& run) {
-  dsv4::paged_geometry g;
-  g.ratio = plan.compress_ratio > 1 ? plan.compress_ratio : 1;
-  g.window = plan.window;
-  g.swa_block_size = run.swa_cache.block_size;
-  g.cmp_block_size = g.ratio > 1 ? run.extra_cache.block_size : 1;
-  g.cmp_width = static_cast<int32_t>(cpu_paged_cmp_width(plan));
-  g.decode_threshold = plan.decode_threshold;
-  return g;
-}
-
-int64_t slots_of(const dsv4_mod_cache& c) {
-  return c.base == nullptr ? 0 : c.num_blocks * static_cast<int64_t>(c.block_size);
-}
-
 // Dense rows: the list's own width first, -1 in any further column.
 void fill_tail(const dsv4_mod_export_list& l, int64_t t, int64_t from) {
   for (int64_t c = from; c < l.width; ++c) l.indices[t * l.row_stride + c * l.col_stride] = -1;
@@ -52,8 +37,8 @@ dsv4_status cpu_export_indices(const void* /*mplan*/, const dsv4_mod_run* batch,
   dsv4_status s = cpu_paged_validate(plan, run, host);
   if (s != DSV4_STATUS_OK) return s;
 
-  const dsv4::paged_geometry g = export_geometry(plan, run);
-  const dsv4::paged_capacity cap{slots_of(run.swa_cache), slots_of(run.extra_cache)};
+  const dsv4::paged_geometry g = cpu_paged_geometry(plan, run);
+  const dsv4::paged_capacity cap = cpu_paged_capacity(run);
   const dsv4_mod_paged_batch& b = run.paged;
   const int64_t T = run.num_tokens;
 

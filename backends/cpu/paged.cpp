@@ -56,7 +56,9 @@ dsv4_status check_blocks(const dsv4_host_services* host, const char* what, const
   return DSV4_STATUS_OK;
 }
 
-dsv4::paged_geometry geometry_of(const dsv4_plan_options& plan, const dsv4_mod_run& run) {
+}  // namespace
+
+dsv4::paged_geometry cpu_paged_geometry(const dsv4_plan_options& plan, const dsv4_mod_run& run) {
   dsv4::paged_geometry g;
   g.ratio = plan.compress_ratio > 1 ? plan.compress_ratio : 1;
   g.window = plan.window;
@@ -67,11 +69,9 @@ dsv4::paged_geometry geometry_of(const dsv4_plan_options& plan, const dsv4_mod_r
   return g;
 }
 
-dsv4::paged_capacity capacity_of(const dsv4_mod_run& run) {
+dsv4::paged_capacity cpu_paged_capacity(const dsv4_mod_run& run) {
   return dsv4::paged_capacity{cache_capacity(run.swa_cache), cache_capacity(run.extra_cache)};
 }
-
-}  // namespace
 
 int64_t cpu_paged_cmp_width(const dsv4_plan_options& plan) {
   return dsv4::paged_cmp_width(plan.compress_ratio, plan.index_topk, plan.max_model_len);
@@ -85,7 +85,7 @@ size_t cpu_paged_workspace_bytes(const dsv4_plan_options& plan) {
 dsv4_status cpu_paged_validate(const dsv4_plan_options& plan, const dsv4_mod_run& run,
                                const dsv4_host_services* host) {
   const dsv4_mod_paged_batch& b = run.paged;
-  const dsv4::paged_geometry g = geometry_of(plan, run);
+  const dsv4::paged_geometry g = cpu_paged_geometry(plan, run);
   const int64_t T = run.num_tokens;
   const int64_t R = b.num_reqs;
   const auto invalid = DSV4_STATUS_INVALID_ARGUMENT;
@@ -177,7 +177,7 @@ dsv4_status cpu_paged_validate(const dsv4_plan_options& plan, const dsv4_mod_run
 
 dsv4_status cpu_paged_build_lists(const dsv4_plan_options& plan, const dsv4_mod_run& paged_run,
                                   const dsv4_host_services* host, dsv4_mod_run* out_explicit_run) {
-  const dsv4::paged_geometry g = geometry_of(plan, paged_run);
+  const dsv4::paged_geometry g = cpu_paged_geometry(plan, paged_run);
   const dsv4::paged_workspace_layout ws =
       dsv4::paged_workspace(plan.max_tokens, g.window, g.cmp_width);
   if (paged_run.workspace_bytes < ws.total || (ws.total > 0 && paged_run.workspace == nullptr)) {
@@ -207,7 +207,7 @@ dsv4_status cpu_paged_build_lists(const dsv4_plan_options& plan, const dsv4_mod_
   int32_t* swa_len = reinterpret_cast<int32_t*>(base + ws.swa_lengths);
   int32_t* cmp_idx = g.cmp_width > 0 ? reinterpret_cast<int32_t*>(base + ws.cmp_indices) : nullptr;
   int32_t* cmp_len = reinterpret_cast<int32_t*>(base + ws.cmp_lengths);
-  const dsv4::paged_capacity cap = capacity_of(paged_run);
+  const dsv4::paged_capacity cap = cpu_paged_capacity(paged_run);
   for (int64_t t = 0; t < run.num_tokens; ++t) {
     dsv4::paged_build_token(g, paged_run.paged, cap, t, swa_idx + t * g.window, 1, &swa_len[t],
                             cmp_idx != nullptr ? cmp_idx + t * g.cmp_width : nullptr, 1,

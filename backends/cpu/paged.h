@@ -14,6 +14,7 @@
 
 #include <cstddef>
 
+#include "common/paged_index.h"
 #include "dsv4_backend.h"
 #include "dsv4_backend_export.h"
 
@@ -22,6 +23,11 @@ size_t cpu_paged_workspace_bytes(const dsv4_plan_options& plan);
 
 // Compressed list width of a paged plan: index_topk (C4A), the C128A width, 0 (SWA-only).
 int64_t cpu_paged_cmp_width(const dsv4_plan_options& plan);
+
+// The list-building geometry of a paged run (plan options + the run's cache block sizes), and the
+// slot capacity of its caches.
+dsv4::paged_geometry cpu_paged_geometry(const dsv4_plan_options& plan, const dsv4_mod_run& run);
+dsv4::paged_capacity cpu_paged_capacity(const dsv4_mod_run& run);
 
 // Validates paged_run's batch values (INVALID_ARGUMENT with a message through host->set_error;
 // WORKSPACE_TOO_SMALL), then builds the dense SWA [T, W] + lengths and compressed [T, width] +

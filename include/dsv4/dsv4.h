@@ -265,8 +265,9 @@ DSV4_API dsv4_status dsv4_run(const dsv4_plan* plan, const dsv4_run_args* args);
  * Stores N rows into a cache of any layout at the given slots, quantising as vLLM does (spec 3.2:
  * per-64-dim-tile UE8M0 scale ceil(log2(max(amax,1e-4)/448)), RNE saturating e4m3; 3.4: fp32 *
  * (1/kv_scale) saturating e4m3; 3.5: V3.2 fp32 power-of-two scales). values: [N, d] bf16 or fp32 with
- * d = the layout's head_dim_qk. slots: [N] int32 (negative = skip). Slots beyond the cache capacity
- * return INVALID_ARGUMENT before anything is written. Same stream contract as dsv4_run.
+ * d = the layout's head_dim_qk. slots: [N] int32 (negative = skip). Slots beyond the cache capacity:
+ * the CPU backend returns INVALID_ARGUMENT before anything is written; GPU backends (device memory
+ * is never read for validation) skip such rows. Same stream contract as dsv4_run.
  */
 typedef struct dsv4_kv_write_args {
   uint32_t struct_size;

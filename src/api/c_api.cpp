@@ -21,6 +21,17 @@ void require_arg(const void* p, const char* name) {
   if (p == nullptr) fail(DSV4_STATUS_INVALID_ARGUMENT, "%s is NULL", name);
 }
 
+// The value an info query fills and hands to write_struct: checks the caller's out_info (non-NULL,
+// struct_size of this release) and returns a zeroed T with struct_size set.
+template <class T>
+T new_out_info(T* out_info, const char* type) {
+  require_arg(out_info, "out_info");
+  check_struct_size(out_info->struct_size, sizeof(T), sizeof(T), "out_info", type);
+  T info{};
+  info.struct_size = sizeof info;
+  return info;
+}
+
 }  // namespace
 
 extern "C" {
@@ -76,11 +87,7 @@ DSV4_API dsv4_status dsv4_get_device_info(const dsv4_ctx_options* options, const
 DSV4_API dsv4_status dsv4_ctx_get_info(const dsv4_ctx* ctx, dsv4_ctx_info* out_info) {
   return guard("dsv4_ctx_get_info", [&] {
     require_arg(ctx, "ctx");
-    require_arg(out_info, "out_info");
-    check_struct_size(out_info->struct_size, sizeof(dsv4_ctx_info), sizeof(dsv4_ctx_info),
-                      "out_info", "dsv4_ctx_info");
-    dsv4_ctx_info info{};
-    info.struct_size = sizeof info;
+    dsv4_ctx_info info = new_out_info(out_info, "dsv4_ctx_info");
     info.device = ctx->device;
     info.num_threads = ctx->num_threads;
     snprintf(info.backend, sizeof info.backend, "%s", ctx->module->name.c_str());
@@ -103,15 +110,11 @@ DSV4_API dsv4_status dsv4_kv_layout_info_init(dsv4_kv_layout_info* info) {
 DSV4_API dsv4_status dsv4_kv_layout_get_info(uint32_t layout, int32_t block_size,
                                              dsv4_kv_layout_info* out_info) {
   return guard("dsv4_kv_layout_get_info", [&] {
-    require_arg(out_info, "out_info");
-    check_struct_size(out_info->struct_size, sizeof(dsv4_kv_layout_info),
-                      sizeof(dsv4_kv_layout_info), "out_info", "dsv4_kv_layout_info");
+    dsv4_kv_layout_info info = new_out_info(out_info, "dsv4_kv_layout_info");
     if (!dsv4::layout_is_known(layout))
       fail(DSV4_STATUS_INVALID_ARGUMENT, "layout = %u is not a known DSV4_KV_LAYOUT_*", layout);
     if (block_size < 1)
       fail(DSV4_STATUS_INVALID_ARGUMENT, "block_size = %d must be >= 1", block_size);
-    dsv4_kv_layout_info info{};
-    info.struct_size = sizeof info;
     info.layout = layout;
     info.head_dim_qk = dsv4::layout_head_dim_qk(layout);
     info.head_dim_v = dsv4::kHeadDim;
@@ -156,11 +159,7 @@ DSV4_API dsv4_status dsv4_plan_get_workspace_size(const dsv4_plan* plan, size_t*
 DSV4_API dsv4_status dsv4_plan_get_info(const dsv4_plan* plan, dsv4_plan_info* out_info) {
   return guard("dsv4_plan_get_info", [&] {
     require_arg(plan, "plan");
-    require_arg(out_info, "out_info");
-    check_struct_size(out_info->struct_size, sizeof(dsv4_plan_info), sizeof(dsv4_plan_info),
-                      "out_info", "dsv4_plan_info");
-    dsv4_plan_info info{};
-    info.struct_size = sizeof info;
+    dsv4_plan_info info = new_out_info(out_info, "dsv4_plan_info");
     info.mode = plan->options.mode;
     info.num_heads = plan->options.num_heads;
     info.head_dim_qk = plan->options.head_dim_qk;

@@ -11,6 +11,7 @@
 #include "core/ctx.h"
 #include "core/error.h"
 #include "core/plan.h"
+#include "core/run_check.h"
 #include "core/tensor_check.h"
 #include "dsv4/dsv4.h"
 #include "dsv4/dsv4_paged.h"
@@ -51,103 +52,27 @@ void require_absent(const dsv4_tensor* t, const char* name, const char* why) {
   if (t != nullptr) fail(DSV4_STATUS_INVALID_ARGUMENT, "%s must be NULL (%s)", name, why);
 }
 
-// The paged batch fields of `a` into `run` (and T). Names arguments as "args->batch->...".
+// The paged batch fields of `a` into `run`, with T from slot_mapping (dsv4_run's paged rules).
 void read_paged_batch(const dsv4_plan& plan, const dsv4_run_args& a, dsv4_mod_run* run) {
   const dsv4_plan_options& o = plan.options;
   const dsv4_device& dev = plan.ctx->device;
-  const bool compressed = o.compress_ratio > 1;
-  const bool c4a = o.compress_ratio == 4;
-
-  const tensor_view slots = int32_tensor(a.slot_mapping, "args->batch->slot_mapping", 1, dev);
-  const int64_t T = slots.shape[0];
+  const char* slots_name = "args->batch->slot_mapping";
+  const int64_t T = int32_tensor(a.slot_mapping, slots_name, 1, dev).shape[0];
   if (T > o.max_tokens)
-    fail(DSV4_STATUS_PLAN_MISMATCH,
-         "args->batch->slot_mapping->shape[0] = %lld tokens exceed the plan's max_tokens %d",
-         static_cast<long long>(T), o.max_tokens);
-  const tensor_view qsl = int32_tensor(a.query_start_loc, "args->batch->query_start_loc", 1, dev);
-  if (qsl.shape[0] < 1)
-    fail(DSV4_STATUS_INVALID_ARGUMENT,
-         "args->batch->query_start_loc->shape[0] = 0 but must be num_requests + 1 >= 1");
-  const int64_t R = qsl.shape[0] - 1;
-  if (R > o.max_requests)
-    fail(DSV4_STATUS_PLAN_MISMATCH,
-         "args->batch->query_start_loc describes %lld requests but the "
-         "plan's max_requests is %d",
-         static_cast<long long>(R), o.max_requests);
-  const tensor_view seq = int32_tensor(a.seq_lens, "args->batch->seq_lens", 1, dev);
-  require_dim(seq, 0, R, DSV4_STATUS_INVALID_ARGUMENT, "query_start_loc has num_requests + 1");
-  for (const tensor_view* v : {&slots, &qsl, &seq}) require_contiguous(*v);
-
-  // The same rules as dsv4_run's paged checks (src/core/run_check.cpp), with T from slot_mapping.
-  const tensor_view swa_bt =
-      int32_tensor(a.swa_block_table, "args->batch->swa_block_table", 2, dev);
-  require_dim(swa_bt, 0, R, DSV4_STATUS_INVALID_ARGUMENT, "one row per request");
-  require_at_least(swa_bt, 1, 1, DSV4_STATUS_INVALID_ARGUMENT, "at least one column");
-  require_last_contiguous(swa_bt);
-  if (swa_bt.shape[1] > o.max_swa_blocks_per_request)
-    fail(DSV4_STATUS_PLAN_MISMATCH,
-         "args->batch->swa_block_table->shape[1] = %lld exceeds the "
-         "plan's max_swa_blocks_per_request %d",
-         static_cast<long long>(swa_bt.shape[1]), o.max_swa_blocks_per_request);
-
-  dsv4_mod_paged_batch& b = run->paged;
-  b.num_reqs = static_cast<int32_t>(R);
-  b.query_start_loc = reinterpret_cast<const int32_t*>(qsl.data);
-  b.seq_lens = reinterpret_cast<const int32_t*>(seq.data);
-  b.slot_mapping = reinterpret_cast<const int32_t*>(slots.data);
-  b.swa_block_table = reinterpret_cast<const int32_t*>(swa_bt.data);
-  b.swa_bt_stride = swa_bt.stride[0];
-  b.swa_bt_cols = static_cast<int32_t>(swa_bt.shape[1]);
+    fail(DSV4_STATUS_PLAN_MISMATCH, "%s->shape[0] = %lld tokens exceed the plan's max_tokens %d",
+         slots_name, static_cast<long long>(T), o.max_tokens);
+  check_paged_batch(o, a, T, slots_name, "args->batch->", dev, run->paged);
 
   if (a.swa_cache == nullptr) fail(DSV4_STATUS_INVALID_ARGUMENT, "args->batch->swa_cache is NULL");
   run->swa_cache = check_cache(a.swa_cache, "args->batch->swa_cache", o.swa_cache, dev,
                                DSV4_STATUS_PLAN_MISMATCH);
-  if (compressed) {
-    if (a.cmp_block_table == nullptr)
-      fail(DSV4_STATUS_PLAN_MISMATCH,
-           "args->batch->cmp_block_table is NULL but the plan's compress_ratio %d needs it",
-           o.compress_ratio);
-    const tensor_view cmp_bt =
-        int32_tensor(a.cmp_block_table, "args->batch->cmp_block_table", 2, dev);
-    require_dim(cmp_bt, 0, R, DSV4_STATUS_INVALID_ARGUMENT, "one row per request");
-    require_at_least(cmp_bt, 1, 1, DSV4_STATUS_INVALID_ARGUMENT, "at least one column");
-    require_last_contiguous(cmp_bt);
-    if (cmp_bt.shape[1] > o.max_cmp_blocks_per_request)
-      fail(DSV4_STATUS_PLAN_MISMATCH,
-           "args->batch->cmp_block_table->shape[1] = %lld exceeds the "
-           "plan's max_cmp_blocks_per_request %d",
-           static_cast<long long>(cmp_bt.shape[1]), o.max_cmp_blocks_per_request);
-    b.cmp_block_table = reinterpret_cast<const int32_t*>(cmp_bt.data);
-    b.cmp_bt_stride = cmp_bt.stride[0];
-    b.cmp_bt_cols = static_cast<int32_t>(cmp_bt.shape[1]);
+  if (o.compress_ratio > 1) {
     if (a.extra_cache == nullptr)
       fail(DSV4_STATUS_INVALID_ARGUMENT,
            "args->batch->extra_cache is NULL but compress_ratio %d needs the compressed cache",
            o.compress_ratio);
     run->extra_cache = check_cache(a.extra_cache, "args->batch->extra_cache", o.extra_cache, dev,
                                    DSV4_STATUS_PLAN_MISMATCH);
-  } else {
-    if (a.cmp_block_table != nullptr)
-      fail(DSV4_STATUS_PLAN_MISMATCH,
-           "args->batch->cmp_block_table is given but the plan's "
-           "compress_ratio is 1 (SWA only)");
-  }
-  if (c4a) {
-    if (a.topk_indices == nullptr)
-      fail(DSV4_STATUS_PLAN_MISMATCH,
-           "args->batch->topk_indices is NULL but the plan's compress_ratio 4 (C4A) needs it");
-    const tensor_view topk = int32_tensor(a.topk_indices, "args->batch->topk_indices", 2, dev);
-    require_dim(topk, 0, T, DSV4_STATUS_INVALID_ARGUMENT, "one row per token");
-    require_dim(topk, 1, o.index_topk, DSV4_STATUS_PLAN_MISMATCH, "the plan's index_topk");
-    require_last_contiguous(topk);
-    b.topk_indices = reinterpret_cast<const int32_t*>(topk.data);
-    b.topk_stride = topk.stride[0];
-  } else {
-    if (a.topk_indices != nullptr)
-      fail(DSV4_STATUS_PLAN_MISMATCH,
-           "args->batch->topk_indices is given but the plan's "
-           "compress_ratio is %d (only C4A uses it)",
-           o.compress_ratio);
   }
   run->num_tokens = static_cast<int32_t>(T);
 }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "compare_rule.h"
 #include "device_memory.h"
 #include "reference.h"
 #include "reference_paged.h"
@@ -55,16 +56,11 @@ constexpr int32_t kDecodeQueryLen = 2;  // MTP: one verified + one speculative t
 constexpr int32_t kPaddingTokens = 3;
 constexpr uint32_t kLayout = DSV4_KV_LAYOUT_FP8_V4_584B;
 
-// Spec 2.4 tolerances (FlashMLA's decode / prefill tests).
-struct Tolerance {
-  double abs_tol;
-  double rel_tol;
-  double cos_tol;  // < 0: not checked
-};
-constexpr Tolerance kDecodeOutTol{1e-3, 2.01 / 128, 5e-6};
-constexpr Tolerance kDecodeLseTol{1e-6, 8.01 / 65536, -1};
-constexpr Tolerance kPrefillOutTol{8e-4, 3.01 / 128, 7e-6};
-constexpr Tolerance kPrefillLseTol{1e-6, 2.01 / 65536, -1};
+using dsv4test::kDecodeLseTol;
+using dsv4test::kDecodeOutTol;
+using dsv4test::kPrefillLseTol;
+using dsv4test::kPrefillOutTol;
+using dsv4test::Tolerance;
 
 struct RunOptions {
   std::string config = "both";
@@ -299,43 +295,18 @@ void write_rows(dsv4_ctx* ctx, DeviceMemory& mem, const dsv4_kv_cache_desc& desc
   mem.synchronize();  // the value buffers are released on return
 }
 
-// Running agreement statistics of one output kind (spec 2.4 rule).
+// Running agreement of one output kind (spec 2.4 rule), naming its first failing element.
 struct Agreement {
-  double max_abs = 0;
-  double max_rel = 0;  // over elements whose reference magnitude exceeds abs_tol
-  double dot = 0, norm_got = 0, norm_want = 0;
-  int64_t elements = 0;
-  int64_t failures = 0;
+  dsv4test::CompareAccumulator rule;
   std::string first_failure;
 
   void add(double got, double want, const Tolerance& tol, const std::string& where) {
-    ++elements;
-    bool ok;
-    if (!std::isfinite(got) || !std::isfinite(want)) {
-      ok = (std::isnan(got) && std::isnan(want)) || got == want;
-    } else {
-      const double abs_err = std::fabs(got - want);
-      const double rel_err = want != 0 ? abs_err / std::fabs(want) : (abs_err > 0 ? HUGE_VAL : 0);
-      ok = abs_err < tol.abs_tol || rel_err < tol.rel_tol;
-      max_abs = std::max(max_abs, abs_err);
-      if (std::fabs(want) > tol.abs_tol) max_rel = std::max(max_rel, rel_err);
-      dot += got * want;
-      norm_got += got * got;
-      norm_want += want * want;
-    }
-    if (!ok && failures++ == 0) {
-      char text[160];
-      std::snprintf(text, sizeof text, "%s: got %.9g, want %.9g", where.c_str(), got, want);
-      first_failure = text;
-    }
+    if (rule.add(got, want, tol) || rule.failures() != 1) return;
+    char text[160];
+    std::snprintf(text, sizeof text, "%s: got %.9g, want %.9g", where.c_str(), got, want);
+    first_failure = text;
   }
-  double cos_diff() const {
-    const double denom = norm_got + norm_want;
-    return denom > 0 ? 1.0 - 2.0 * dot / denom : 0.0;
-  }
-  bool passed(const Tolerance& tol) const {
-    return failures == 0 && (tol.cos_tol < 0 || cos_diff() <= tol.cos_tol);
-  }
+  bool passed(const Tolerance& tol) const { return rule.result(tol).passed; }
 };
 
 struct LayerResult {
@@ -602,11 +573,12 @@ bool run_layer(dsv4_ctx* ctx, DeviceMemory& mem, const ModelConfig& model, const
 }
 
 void print_agreement(const char* name, const Agreement& a, const Tolerance& tol) {
-  if (a.elements == 0) return;
-  std::printf("      %-12s max abs err %.2e, max rel err %.2e", name, a.max_abs, a.max_rel);
-  if (tol.cos_tol >= 0) std::printf(", cos diff %.2e (tol %.0e)", a.cos_diff(), tol.cos_tol);
-  std::printf(", %" PRId64 " of %" PRId64 " elements outside tolerance%s%s\n", a.failures,
-              a.elements, a.failures > 0 ? "; first: " : "", a.first_failure.c_str());
+  const dsv4test::CompareResult r = a.rule.result(tol);
+  if (r.elements == 0) return;
+  std::printf("      %-12s max abs err %.2e, max rel err %.2e", name, r.max_abs_err, r.max_rel_err);
+  if (tol.cos_tol >= 0) std::printf(", cos diff %.2e (tol %.0e)", r.cos_diff, tol.cos_tol);
+  std::printf(", %" PRId64 " of %" PRId64 " elements outside tolerance%s%s\n", r.failures,
+              r.elements, r.failures > 0 ? "; first: " : "", a.first_failure.c_str());
 }
 
 void print_usage() {

@@ -149,14 +149,16 @@ dsv4_mod_index_list check_list(const dsv4_tensor* indices, const dsv4_tensor* in
 
 // A 1-D contiguous int32 tensor of `n` entries (paged metadata). `n_fmt` says where n comes from
 // ("args->q has T = %lld tokens"; formatted with n, on failure only).
-const int32_t* check_vector(const dsv4_tensor* t, const char* name, int64_t n, const char* n_fmt,
-                            const dsv4_device& dev) {
-  if (t == nullptr) fail(DSV4_STATUS_INVALID_ARGUMENT, "%s is NULL but paged mode needs it", name);
+const int32_t* check_vector(const dsv4_tensor* t, const std::string& name, int64_t n,
+                            const std::string& n_fmt, const dsv4_device& dev) {
+  if (t == nullptr)
+    fail(DSV4_STATUS_INVALID_ARGUMENT, "%s is NULL but paged mode needs it", name.c_str());
   const tensor_view v = check_tensor(t, name, dev);
   require_dtype(v, kI32, DSV4_STATUS_INVALID_ARGUMENT);
-  if (v.ndim != 1) fail(DSV4_STATUS_INVALID_ARGUMENT, "%s->ndim = %d but must be 1", name, v.ndim);
+  if (v.ndim != 1)
+    fail(DSV4_STATUS_INVALID_ARGUMENT, "%s->ndim = %d but must be 1", name.c_str(), v.ndim);
   if (v.shape[0] != n) {
-    const std::string why = strprintf(n_fmt, static_cast<long long>(n));
+    const std::string why = strprintf(n_fmt.c_str(), static_cast<long long>(n));
     require_dim(v, 0, n, DSV4_STATUS_INVALID_ARGUMENT, "%s", why.c_str());
   }
   require_contiguous(v);
@@ -164,29 +166,29 @@ const int32_t* check_vector(const dsv4_tensor* t, const char* name, int64_t n, c
 }
 
 // A 2-D int32 table [rows, cols] with contiguous rows (`rows_fmt` as check_vector's n_fmt).
-tensor_view check_table(const dsv4_tensor* t, const char* name, int64_t rows, const char* rows_fmt,
-                        const dsv4_device& dev) {
+tensor_view check_table(const dsv4_tensor* t, const std::string& name, int64_t rows,
+                        const std::string& rows_fmt, const dsv4_device& dev) {
   const tensor_view v = check_tensor(t, name, dev);
   require_dtype(v, kI32, DSV4_STATUS_INVALID_ARGUMENT);
-  if (v.ndim != 2) fail(DSV4_STATUS_INVALID_ARGUMENT, "%s->ndim = %d but must be 2", name, v.ndim);
+  if (v.ndim != 2)
+    fail(DSV4_STATUS_INVALID_ARGUMENT, "%s->ndim = %d but must be 2", name.c_str(), v.ndim);
   if (v.shape[0] != rows) {
-    const std::string why = strprintf(rows_fmt, static_cast<long long>(rows));
+    const std::string why = strprintf(rows_fmt.c_str(), static_cast<long long>(rows));
     require_dim(v, 0, rows, DSV4_STATUS_INVALID_ARGUMENT, "%s", why.c_str());
   }
   require_last_contiguous(v);
   return v;
 }
 
-constexpr const char* kRequestsFmt = "args->query_start_loc gives R = %lld requests";
-constexpr const char* kTokensFmt = "args->q has T = %lld tokens";
-
-void check_block_table(const dsv4_tensor* t, const char* name, int64_t reqs, int32_t max_cols,
-                       const char* max_field, const dsv4_device& dev, const int32_t** out_data,
-                       int64_t* out_stride, int32_t* out_cols) {
-  const tensor_view v = check_table(t, name, reqs, kRequestsFmt, dev);
-  if (v.shape[1] < 1) fail(DSV4_STATUS_INVALID_ARGUMENT, "%s->shape[1] = 0 but must be >= 1", name);
+void check_block_table(const dsv4_tensor* t, const std::string& name, int64_t reqs,
+                       const std::string& reqs_fmt, int32_t max_cols, const char* max_field,
+                       const dsv4_device& dev, const int32_t** out_data, int64_t* out_stride,
+                       int32_t* out_cols) {
+  const tensor_view v = check_table(t, name, reqs, reqs_fmt, dev);
+  if (v.shape[1] < 1)
+    fail(DSV4_STATUS_INVALID_ARGUMENT, "%s->shape[1] = 0 but must be >= 1", name.c_str());
   if (v.shape[1] > max_cols)
-    fail(DSV4_STATUS_PLAN_MISMATCH, "%s->shape[1] = %lld but the plan's %s is %d", name,
+    fail(DSV4_STATUS_PLAN_MISMATCH, "%s->shape[1] = %lld but the plan's %s is %d", name.c_str(),
          static_cast<long long>(v.shape[1]), max_field, max_cols);
   *out_data = reinterpret_cast<const int32_t*>(v.data);
   *out_stride = v.stride[0];
@@ -202,53 +204,7 @@ void check_paged(const dsv4_plan_options& o, const dsv4_run_args& a, const geome
   require_null(a.extra_indices, "extra_indices", why);
   require_null(a.extra_indptr, "extra_indptr", why);
   require_null(a.extra_lengths, "extra_lengths", why);
-  if (a.query_start_loc == nullptr)
-    fail(DSV4_STATUS_INVALID_ARGUMENT, "args->query_start_loc is NULL but paged mode needs it");
-  const tensor_view qsl = check_tensor(a.query_start_loc, "args->query_start_loc", dev);
-  if (qsl.ndim != 1 || qsl.shape[0] < 1)
-    fail(DSV4_STATUS_INVALID_ARGUMENT, "args->query_start_loc must be 1-D [R + 1] with R >= 0");
-  const int64_t reqs = qsl.shape[0] - 1;
-  if (reqs > o.max_requests)
-    fail(DSV4_STATUS_PLAN_MISMATCH,
-         "args->query_start_loc->shape[0] = %lld (%lld requests) but the plan's max_requests is %d",
-         static_cast<long long>(qsl.shape[0]), static_cast<long long>(reqs), o.max_requests);
-  p.num_reqs = static_cast<int32_t>(reqs);
-  p.query_start_loc =
-      check_vector(a.query_start_loc, "args->query_start_loc", reqs + 1, "R + 1 = %lld", dev);
-  p.seq_lens = check_vector(a.seq_lens, "args->seq_lens", reqs, kRequestsFmt, dev);
-  if (a.swa_block_table == nullptr)
-    fail(DSV4_STATUS_INVALID_ARGUMENT, "args->swa_block_table is NULL but paged mode needs it");
-  check_block_table(a.swa_block_table, "args->swa_block_table", reqs, o.max_swa_blocks_per_request,
-                    "max_swa_blocks_per_request", dev, &p.swa_block_table, &p.swa_bt_stride,
-                    &p.swa_bt_cols);
-  if (o.compress_ratio > 1) {
-    if (a.cmp_block_table == nullptr)
-      fail(DSV4_STATUS_PLAN_MISMATCH,
-           "args->cmp_block_table is NULL but the plan's compress_ratio %d needs it",
-           o.compress_ratio);
-    check_block_table(a.cmp_block_table, "args->cmp_block_table", reqs,
-                      o.max_cmp_blocks_per_request, "max_cmp_blocks_per_request", dev,
-                      &p.cmp_block_table, &p.cmp_bt_stride, &p.cmp_bt_cols);
-  } else if (a.cmp_block_table != nullptr) {
-    fail(DSV4_STATUS_PLAN_MISMATCH,
-         "args->cmp_block_table is given but the plan's compress_ratio is 1 (SWA only)");
-  }
-  p.slot_mapping = check_vector(a.slot_mapping, "args->slot_mapping", g.tokens, kTokensFmt, dev);
-  if (o.compress_ratio == 4) {
-    if (a.topk_indices == nullptr)
-      fail(DSV4_STATUS_PLAN_MISMATCH,
-           "args->topk_indices is NULL but the plan's compress_ratio 4 (C4A) needs it");
-    const tensor_view v =
-        check_table(a.topk_indices, "args->topk_indices", g.tokens, kTokensFmt, dev);
-    require_dim(v, 1, o.index_topk, DSV4_STATUS_PLAN_MISMATCH, "the plan has index_topk %d",
-                o.index_topk);
-    p.topk_indices = reinterpret_cast<const int32_t*>(v.data);
-    p.topk_stride = v.stride[0];
-  } else if (a.topk_indices != nullptr) {
-    fail(DSV4_STATUS_PLAN_MISMATCH,
-         "args->topk_indices is given but the plan's compress_ratio is %d (only C4A uses it)",
-         o.compress_ratio);
-  }
+  check_paged_batch(o, a, g.tokens, "args->q", "args->", dev, p);
 }
 
 void check_explicit(const dsv4_plan_options& o, const dsv4_run_args& a, const geometry& g,
@@ -276,6 +232,61 @@ void check_explicit(const dsv4_plan_options& o, const dsv4_run_args& a, const ge
 }
 
 }  // namespace
+
+void check_paged_batch(const dsv4_plan_options& o, const dsv4_run_args& a, int64_t tokens,
+                       const char* tokens_source, const char* prefix, const dsv4_device& dev,
+                       dsv4_mod_paged_batch& p) {
+  const std::string pre = prefix;
+  const std::string qsl_name = pre + "query_start_loc";
+  const std::string reqs_fmt = qsl_name + " gives R = %lld requests";
+  const std::string tokens_fmt = std::string(tokens_source) + " has T = %lld tokens";
+  if (a.query_start_loc == nullptr)
+    fail(DSV4_STATUS_INVALID_ARGUMENT, "%s is NULL but paged mode needs it", qsl_name.c_str());
+  const tensor_view qsl = check_tensor(a.query_start_loc, qsl_name, dev);
+  if (qsl.ndim != 1 || qsl.shape[0] < 1)
+    fail(DSV4_STATUS_INVALID_ARGUMENT, "%s must be 1-D [R + 1] with R >= 0", qsl_name.c_str());
+  const int64_t reqs = qsl.shape[0] - 1;
+  if (reqs > o.max_requests)
+    fail(DSV4_STATUS_PLAN_MISMATCH,
+         "%s->shape[0] = %lld (%lld requests) but the plan's max_requests is %d", qsl_name.c_str(),
+         static_cast<long long>(qsl.shape[0]), static_cast<long long>(reqs), o.max_requests);
+  p.num_reqs = static_cast<int32_t>(reqs);
+  p.query_start_loc = check_vector(a.query_start_loc, qsl_name, reqs + 1, "R + 1 = %lld", dev);
+  p.seq_lens = check_vector(a.seq_lens, pre + "seq_lens", reqs, reqs_fmt, dev);
+  if (a.swa_block_table == nullptr)
+    fail(DSV4_STATUS_INVALID_ARGUMENT, "%sswa_block_table is NULL but paged mode needs it", prefix);
+  check_block_table(a.swa_block_table, pre + "swa_block_table", reqs, reqs_fmt,
+                    o.max_swa_blocks_per_request, "max_swa_blocks_per_request", dev,
+                    &p.swa_block_table, &p.swa_bt_stride, &p.swa_bt_cols);
+  if (o.compress_ratio > 1) {
+    if (a.cmp_block_table == nullptr)
+      fail(DSV4_STATUS_PLAN_MISMATCH,
+           "%scmp_block_table is NULL but the plan's compress_ratio %d needs it", prefix,
+           o.compress_ratio);
+    check_block_table(a.cmp_block_table, pre + "cmp_block_table", reqs, reqs_fmt,
+                      o.max_cmp_blocks_per_request, "max_cmp_blocks_per_request", dev,
+                      &p.cmp_block_table, &p.cmp_bt_stride, &p.cmp_bt_cols);
+  } else if (a.cmp_block_table != nullptr) {
+    fail(DSV4_STATUS_PLAN_MISMATCH,
+         "%scmp_block_table is given but the plan's compress_ratio is 1 (SWA only)", prefix);
+  }
+  p.slot_mapping = check_vector(a.slot_mapping, pre + "slot_mapping", tokens, tokens_fmt, dev);
+  if (o.compress_ratio == 4) {
+    if (a.topk_indices == nullptr)
+      fail(DSV4_STATUS_PLAN_MISMATCH,
+           "%stopk_indices is NULL but the plan's compress_ratio 4 (C4A) needs it", prefix);
+    const tensor_view v =
+        check_table(a.topk_indices, pre + "topk_indices", tokens, tokens_fmt, dev);
+    require_dim(v, 1, o.index_topk, DSV4_STATUS_PLAN_MISMATCH, "the plan has index_topk %d",
+                o.index_topk);
+    p.topk_indices = reinterpret_cast<const int32_t*>(v.data);
+    p.topk_stride = v.stride[0];
+  } else if (a.topk_indices != nullptr) {
+    fail(DSV4_STATUS_PLAN_MISMATCH,
+         "%stopk_indices is given but the plan's compress_ratio is %d (only C4A uses it)", prefix,
+         o.compress_ratio);
+  }
+}
 
 dsv4_run_args run_args_default_values() {
   dsv4_run_args a{};
@@ -456,7 +467,8 @@ void kv_write(dsv4_ctx& ctx, const dsv4_kv_write_args& a) {
   if (w.num_rows == 0) return;
   log_scope scope(ctx.log);
   clear_module_error();
-  // Slots beyond the cache capacity are rejected by the module, which can read them.
+  // Slots beyond the cache capacity: the CPU module rejects them (it can read them); GPU modules
+  // skip those rows (dsv4.h).
   const dsv4_status st = ctx.module->iface.kv_write(ctx.mctx, &w);
   if (st == DSV4_STATUS_INVALID_ARGUMENT) {
     // Everything but the slot values was checked above, so the module is rejecting a slot.

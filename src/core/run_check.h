@@ -2,6 +2,8 @@
 // into the module's normalised views (dsv4_mod_run, dsv4_mod_kv_write).
 #pragma once
 
+#include <cstdint>
+
 #include "dsv4/dsv4.h"
 #include "dsv4_backend.h"
 
@@ -16,6 +18,14 @@ dsv4_kv_write_args kv_write_args_default_values();
 // argument: PLAN_MISMATCH where the arguments disagree with the plan, INVALID_ARGUMENT where they
 // are malformed, WORKSPACE_TOO_SMALL for the workspace. Never reads device memory.
 bool build_mod_run(const dsv4_plan& plan, const dsv4_run_args& args, dsv4_mod_run& out);
+
+// The paged batch fields of `a` (query_start_loc, seq_lens, block tables, slot_mapping,
+// topk_indices) against the plan for `tokens` tokens; fills `out`. Argument names in messages
+// start with `prefix` ("args->" for dsv4_run, "args->batch->" for dsv4_export_indices);
+// `tokens_source` names where T comes from ("args->q"). Throws api_error like build_mod_run.
+void check_paged_batch(const dsv4_plan_options& o, const dsv4_run_args& a, int64_t tokens,
+                       const char* tokens_source, const char* prefix, const dsv4_device& dev,
+                       dsv4_mod_paged_batch& out);
 
 // Validates and runs one attention call.
 void run(const dsv4_plan& plan, const dsv4_run_args& args);

@@ -1,8 +1,10 @@
-// Small helpers shared by the GoogleTest suites: device buffers, tensor views, the run seed.
+// Small helpers shared by the test suites: the run seed, random numbers, device buffers, tensor
+// views, owning ctx / plan handles.
 #pragma once
 
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -35,6 +37,55 @@ inline uint64_t case_seed(const std::string& name) {
 inline std::string seed_note() {
   return "seed " + std::to_string(test_seed()) +
          " (rerun with DSV4_TEST_SEED=" + std::to_string(test_seed()) + ")";
+}
+
+// Random test data from one case seed.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : gen_(seed) {}
+  double normal() { return std::normal_distribution<double>(0.0, 1.0)(gen_); }
+  double uniform(double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(gen_);
+  }
+  int64_t randint(int64_t lo, int64_t hi) {  // inclusive
+    return std::uniform_int_distribution<int64_t>(lo, hi)(gen_);
+  }
+  template <typename T>
+  T pick(const std::vector<T>& v) {
+    return v[static_cast<size_t>(randint(0, static_cast<int64_t>(v.size()) - 1))];
+  }
+  std::mt19937_64& gen() { return gen_; }
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+// "STATUS_NAME: last error message".
+inline std::string status_text(dsv4_status st) {
+  return std::string(dsv4_status_string(st)) + ": " + dsv4_last_error_message();
+}
+
+struct CtxDeleter {
+  void operator()(dsv4_ctx* c) const { dsv4_ctx_destroy(c); }
+};
+struct PlanDeleter {
+  void operator()(dsv4_plan* p) const { dsv4_plan_destroy(p); }
+};
+using CtxPtr = std::unique_ptr<dsv4_ctx, CtxDeleter>;
+using PlanPtr = std::unique_ptr<dsv4_plan, PlanDeleter>;
+
+// A context on `dev` (its backend unless DSV4_BACKEND chooses); nullptr with `error` set on
+// failure. threads: dsv4_ctx_options.num_threads (0 = default).
+inline CtxPtr make_test_ctx(TestDevice* dev, int32_t threads, std::string* error) {
+  dsv4_ctx_options o;
+  dsv4_ctx_options_init(&o);
+  o.device = dev->device();
+  if (std::getenv("DSV4_BACKEND") == nullptr) o.backend = dev->backend();
+  o.num_threads = threads;
+  dsv4_ctx* ctx = nullptr;
+  const dsv4_status st = dsv4_ctx_create(&o, &ctx);
+  if (st != DSV4_STATUS_OK) *error = "dsv4_ctx_create: " + status_text(st);
+  return CtxPtr(st == DSV4_STATUS_OK ? ctx : nullptr);
 }
 
 // Owns `bytes` of device memory.

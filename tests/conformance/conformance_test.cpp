@@ -22,6 +22,7 @@
 #include "dsv4/dsv4.h"
 #include "reference.h"
 #include "test_device.h"
+#include "test_env.h"
 #include "test_util.h"
 
 namespace dsv4test {
@@ -84,22 +85,6 @@ std::ostream& operator<<(std::ostream& os, const CaseSpec& c) { return os << c.n
 // ----------------------------------------------------------------------------------------------
 // Input generation
 // ----------------------------------------------------------------------------------------------
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : gen_(seed) {}
-  double normal() { return std::normal_distribution<double>(0.0, 1.0)(gen_); }
-  double uniform(double lo, double hi) {
-    return std::uniform_real_distribution<double>(lo, hi)(gen_);
-  }
-  int64_t randint(int64_t lo, int64_t hi) {  // inclusive
-    return std::uniform_int_distribution<int64_t>(lo, hi)(gen_);
-  }
-  std::mt19937_64& gen() { return gen_; }
-
- private:
-  std::mt19937_64 gen_;
-};
-
 // The invalid values FlashMLA's generators use (those >= capacity only; smaller ones would be
 // valid slots). `capacity` itself is the first out-of-range slot.
 std::vector<int32_t> invalid_values(int64_t capacity) {
@@ -265,10 +250,6 @@ dsv4_kv_cache_desc cache_desc(const CaseSpec& c, const Scope& s) {
   return d;
 }
 
-std::string status_text(dsv4_status st) {
-  return std::string(dsv4_status_string(st)) + ": " + dsv4_last_error_message();
-}
-
 // Creates the cache on the device, fills it with 0xFF and writes random rows into the referenced
 // slots with dsv4_kv_write, in random order.
 ::testing::AssertionResult build_cache(TestDevice* dev, dsv4_ctx* ctx, const CaseSpec& c, Rng& rng,
@@ -340,30 +321,6 @@ struct Problem {
   std::vector<float> sink;  // [H] or empty
   RefProblem ref;
 };
-
-dsv4_ctx* make_ctx(TestDevice* dev, int32_t threads, std::string* error) {
-  dsv4_ctx_options o;
-  dsv4_ctx_options_init(&o);
-  o.device = dev->device();
-  if (std::getenv("DSV4_BACKEND") == nullptr) o.backend = dev->backend();
-  o.num_threads = threads;
-  dsv4_ctx* ctx = nullptr;
-  const dsv4_status st = dsv4_ctx_create(&o, &ctx);
-  if (st != DSV4_STATUS_OK) {
-    *error = "dsv4_ctx_create: " + status_text(st);
-    return nullptr;
-  }
-  return ctx;
-}
-
-struct CtxDeleter {
-  void operator()(dsv4_ctx* c) const { dsv4_ctx_destroy(c); }
-};
-struct PlanDeleter {
-  void operator()(dsv4_plan* p) const { dsv4_plan_destroy(p); }
-};
-using CtxPtr = std::unique_ptr<dsv4_ctx, CtxDeleter>;
-using PlanPtr = std::unique_ptr<dsv4_plan, PlanDeleter>;
 
 // Generates every input of a case (caches written through `ctx`) and the reference problem.
 ::testing::AssertionResult make_problem(TestDevice* dev, dsv4_ctx* ctx, const CaseSpec& c,
@@ -766,24 +723,6 @@ void check_against_reference(const Problem& p, const Outputs& o) {
 // ----------------------------------------------------------------------------------------------
 // The test environment: one device for the whole run
 // ----------------------------------------------------------------------------------------------
-TestDevice* g_device = nullptr;
-std::string g_device_why;
-
-class DeviceEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    device_ = make_test_device(&g_device_why);
-    g_device = device_.get();
-  }
-  void TearDown() override {
-    g_device = nullptr;
-    device_.reset();
-  }
-
- private:
-  std::unique_ptr<TestDevice> device_;
-};
-
 std::string describe(const CaseSpec& c, const Problem* p) {
   std::ostringstream s;
   s << "case " << c.name << ", " << seed_note() << ", T=" << c.tokens() << " H=" << c.heads
@@ -799,7 +738,7 @@ void run_and_check(const CaseSpec& c) {
   SCOPED_TRACE(describe(c, nullptr));
   if (g_device == nullptr) GTEST_SKIP() << "test device unavailable: " << g_device_why;
   std::string err;
-  CtxPtr ctx(make_ctx(g_device, 0, &err));
+  CtxPtr ctx = make_test_ctx(g_device, 0, &err);
   ASSERT_TRUE(ctx) << err;
   Problem p;
   ASSERT_TRUE(make_problem(g_device, ctx.get(), c, &p));
@@ -836,6 +775,17 @@ ScopeSpec scope(int s_k, int topk, int bs, Lengths l = Lengths::kPerToken) {
   return s;
 }
 
+// A decode case's name and shape; the caller sets the rest.
+CaseSpec decode_case(const std::string& name, uint32_t layout, int heads, int batch, int seq_q) {
+  CaseSpec c;
+  c.name = name;
+  c.layout = layout;
+  c.heads = heads;
+  c.batch = batch;
+  c.seq_q = seq_q;
+  return c;
+}
+
 // Decode cases (FlashMLA test_flash_mla_sparse_decoding), trimmed to a fast default.
 std::vector<CaseSpec> decode_cases() {
   std::vector<CaseSpec> v;
@@ -845,12 +795,7 @@ std::vector<CaseSpec> decode_cases() {
   for (uint32_t layout : layouts) {
     const std::string tag = layout_tag(layout);
     {  // 4-D q, FlashMLA [B,H,S] lse, per-batch-row lengths, extra cache with its own lengths
-      CaseSpec c;
-      c.name = "decode_" + tag + "_bs2_extra_4d";
-      c.layout = layout;
-      c.heads = full ? 128 : 64;
-      c.batch = 4;
-      c.seq_q = 3;
+      CaseSpec c = decode_case("decode_" + tag + "_bs2_extra_4d", layout, full ? 128 : 64, 4, 3);
       c.q4d = true;
       c.lse_bhs = true;
       c.main = scope(512, 64, 2, Lengths::kPerBatchRow);
@@ -860,12 +805,7 @@ std::vector<CaseSpec> decode_cases() {
       v.push_back(c);
     }
     {  // odd block size, strided q and out, padded block stride, finite sinks, per-token lengths
-      CaseSpec c;
-      c.name = "decode_" + tag + "_bs69_strided";
-      c.layout = layout;
-      c.heads = 16;
-      c.batch = 4;
-      c.seq_q = 1;
+      CaseSpec c = decode_case("decode_" + tag + "_bs69_strided", layout, 16, 4, 1);
       c.q_strided = true;
       c.out_strided = true;
       c.block_pad_bytes = 1152;
@@ -876,23 +816,13 @@ std::vector<CaseSpec> decode_cases() {
       v.push_back(c);
     }
     {  // topk 576, block 61, one head
-      CaseSpec c;
-      c.name = "decode_" + tag + "_bs61_topk576";
-      c.layout = layout;
-      c.heads = full ? 64 : 1;
-      c.batch = 4;
-      c.seq_q = 1;
+      CaseSpec c = decode_case("decode_" + tag + "_bs61_topk576", layout, full ? 64 : 1, 4, 1);
       c.main = scope(1024, 576, 61);
       c.sink = Sink::kFinite;
       v.push_back(c);
     }
     {  // batch 74, odd head count, block 64, extra block 256
-      CaseSpec c;
-      c.name = "decode_" + tag + "_b74_h3";
-      c.layout = layout;
-      c.heads = 3;
-      c.batch = 74;
-      c.seq_q = 1;
+      CaseSpec c = decode_case("decode_" + tag + "_b74_h3", layout, 3, 74, 1);
       c.main = scope(512, 64, 64);
       c.extra = true;
       c.extra_scope = scope(512, 64, 256);
@@ -900,12 +830,7 @@ std::vector<CaseSpec> decode_cases() {
       v.push_back(c);
     }
     {  // batch 74 with MTP-style s_q 2 and 64 heads, both lists with per-batch-row lengths
-      CaseSpec c;
-      c.name = "decode_" + tag + "_b74_sq2_h64";
-      c.layout = layout;
-      c.heads = 64;
-      c.batch = 74;
-      c.seq_q = 2;
+      CaseSpec c = decode_case("decode_" + tag + "_b74_sq2_h64", layout, 64, 74, 2);
       c.q4d = true;
       c.lse_bhs = true;
       c.main = scope(256, 64, 64, Lengths::kPerBatchRow);
@@ -915,12 +840,7 @@ std::vector<CaseSpec> decode_cases() {
       v.push_back(c);
     }
     {  // no lengths, no extra, no sink, 128 heads; non-varlen
-      CaseSpec c;
-      c.name = "decode_" + tag + "_nolen_h128";
-      c.layout = layout;
-      c.heads = 128;
-      c.batch = 4;
-      c.seq_q = 1;
+      CaseSpec c = decode_case("decode_" + tag + "_nolen_h128", layout, 128, 4, 1);
       c.varlen = false;
       c.main = scope(512, 64, 64, Lengths::kNone);
       c.sink = Sink::kNone;
@@ -928,23 +848,13 @@ std::vector<CaseSpec> decode_cases() {
       v.push_back(c);
     }
     {  // topk 2048 over block 256 (and 2 in the full matrix)
-      CaseSpec c;
-      c.name = "decode_" + tag + "_topk2048";
-      c.layout = layout;
-      c.heads = full ? 128 : 2;
-      c.batch = 2;
-      c.seq_q = 1;
+      CaseSpec c = decode_case("decode_" + tag + "_topk2048", layout, full ? 128 : 2, 2, 1);
       c.main = scope(2046, 2048, 256);
       c.sink = Sink::kFinite;
       v.push_back(c);
     }
     {  // corner: all-invalid rows, zero-length sequences, s_q 3, block 53
-      CaseSpec c;
-      c.name = "decode_" + tag + "_corner_bs53";
-      c.layout = layout;
-      c.heads = full ? 128 : 64;
-      c.batch = 4;
-      c.seq_q = 3;
+      CaseSpec c = decode_case("decode_" + tag + "_corner_bs53", layout, full ? 128 : 64, 4, 3);
       c.q4d = true;
       c.all_invalid = true;
       c.zero_seqlen = true;
@@ -955,12 +865,7 @@ std::vector<CaseSpec> decode_cases() {
       v.push_back(c);
     }
     {  // corner: everything invalid in the main list, extra list off
-      CaseSpec c;
-      c.name = "decode_" + tag + "_corner_bs61";
-      c.layout = layout;
-      c.heads = 64;
-      c.batch = 4;
-      c.seq_q = 3;
+      CaseSpec c = decode_case("decode_" + tag + "_corner_bs61", layout, 64, 4, 3);
       c.all_invalid = true;
       c.zero_seqlen = true;
       c.main = scope(512, 64, 61);
@@ -968,12 +873,7 @@ std::vector<CaseSpec> decode_cases() {
       v.push_back(c);
     }
     {  // FlashMLA's MODEL1 CONFIG1 shape: SWA topk 128 over 256-token blocks + extra 512 over 64
-      CaseSpec c;
-      c.name = "decode_" + tag + "_model1_config1";
-      c.layout = layout;
-      c.heads = 64;
-      c.batch = full ? 74 : 4;
-      c.seq_q = 2;
+      CaseSpec c = decode_case("decode_" + tag + "_model1_config1", layout, 64, full ? 74 : 4, 2);
       c.q4d = true;
       c.lse_bhs = true;
       c.main = scope(full ? 16384 : 1024, 128, 256, Lengths::kPerBatchRow);
@@ -983,12 +883,7 @@ std::vector<CaseSpec> decode_cases() {
       v.push_back(c);
     }
     {  // CSR lists for both scopes
-      CaseSpec c;
-      c.name = "decode_" + tag + "_csr";
-      c.layout = layout;
-      c.heads = 16;
-      c.batch = 8;
-      c.seq_q = 1;
+      CaseSpec c = decode_case("decode_" + tag + "_csr", layout, 16, 8, 1);
       c.csr = true;
       c.main = scope(256, 128, 64);
       c.extra = true;
@@ -1224,23 +1119,28 @@ CaseSpec determinism_case() {
   return c;
 }
 
+// Every output bit of two runs equal; `between` says what differed between them.
+void expect_same_bits(const Outputs& a, const Outputs& b, const char* between) {
+  EXPECT_TRUE(a.out_raw == b.out_raw) << "out differs " << between;
+  EXPECT_TRUE(std::memcmp(a.lse_raw.data(), b.lse_raw.data(), a.lse_raw.size() * 4) == 0)
+      << "lse differs";
+  EXPECT_TRUE(std::memcmp(a.max_raw.data(), b.max_raw.data(), a.max_raw.size() * 4) == 0)
+      << "max_logits differs";
+}
+
 TEST(Determinism, RepeatedRunsAreBitIdentical) {
   const CaseSpec c = determinism_case();
   SCOPED_TRACE(describe(c, nullptr));
   if (g_device == nullptr) GTEST_SKIP() << "test device unavailable: " << g_device_why;
   std::string err;
-  CtxPtr ctx(make_ctx(g_device, 0, &err));
+  CtxPtr ctx = make_test_ctx(g_device, 0, &err);
   ASSERT_TRUE(ctx) << err;
   Problem p;
   ASSERT_TRUE(make_problem(g_device, ctx.get(), c, &p));
   Outputs a, b;
   ASSERT_TRUE(run_once(g_device, &p, ctx.get(), &a));
   ASSERT_TRUE(run_once(g_device, &p, ctx.get(), &b));
-  EXPECT_TRUE(a.out_raw == b.out_raw) << "out differs between two identical runs";
-  EXPECT_TRUE(std::memcmp(a.lse_raw.data(), b.lse_raw.data(), a.lse_raw.size() * 4) == 0)
-      << "lse differs";
-  EXPECT_TRUE(std::memcmp(a.max_raw.data(), b.max_raw.data(), a.max_raw.size() * 4) == 0)
-      << "max_logits differs";
+  expect_same_bits(a, b, "between two identical runs");
   check_against_reference(p, a);
 }
 
@@ -1250,9 +1150,9 @@ TEST(Determinism, CpuThreadCountDoesNotChangeBits) {
   if (g_device == nullptr) GTEST_SKIP() << "test device unavailable: " << g_device_why;
   if (g_device->device().device_type != DSV4_DEVICE_CPU) GTEST_SKIP() << "CPU backend only";
   std::string err;
-  CtxPtr one(make_ctx(g_device, 1, &err));
+  CtxPtr one = make_test_ctx(g_device, 1, &err);
   ASSERT_TRUE(one) << err;
-  CtxPtr two(make_ctx(g_device, 2, &err));
+  CtxPtr two = make_test_ctx(g_device, 2, &err);
   ASSERT_TRUE(two) << err;
   dsv4_ctx_info info{};
   info.struct_size = sizeof info;
@@ -1265,11 +1165,7 @@ TEST(Determinism, CpuThreadCountDoesNotChangeBits) {
   Outputs a, b;
   ASSERT_TRUE(run_once(g_device, &p, one.get(), &a));
   ASSERT_TRUE(run_once(g_device, &p, two.get(), &b));
-  EXPECT_TRUE(a.out_raw == b.out_raw) << "out differs between 1 and 2 threads";
-  EXPECT_TRUE(std::memcmp(a.lse_raw.data(), b.lse_raw.data(), a.lse_raw.size() * 4) == 0)
-      << "lse differs";
-  EXPECT_TRUE(std::memcmp(a.max_raw.data(), b.max_raw.data(), a.max_raw.size() * 4) == 0)
-      << "max_logits differs";
+  expect_same_bits(a, b, "between 1 and 2 threads");
 }
 
 }  // namespace

@@ -14,33 +14,11 @@
 #include "dsv4/dsv4.h"
 #include "reference.h"
 #include "test_device.h"
+#include "test_env.h"
 #include "test_util.h"
 
 namespace dsv4test {
 namespace {
-
-TestDevice* g_device = nullptr;
-std::string g_device_why;
-
-class DeviceEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    device_ = make_test_device(&g_device_why);
-    g_device = device_.get();
-  }
-  void TearDown() override {
-    g_device = nullptr;
-    device_.reset();
-  }
-
- private:
-  std::unique_ptr<TestDevice> device_;
-};
-
-struct CtxDeleter {
-  void operator()(dsv4_ctx* c) const { dsv4_ctx_destroy(c); }
-};
-using CtxPtr = std::unique_ptr<dsv4_ctx, CtxDeleter>;
 
 // A cache of `num_blocks` blocks on the test device, pre-filled with a byte pattern so that every
 // byte the writer must not touch can be checked afterwards.
@@ -48,14 +26,9 @@ class Fixture : public ::testing::Test {
  protected:
   void SetUp() override {
     if (g_device == nullptr) GTEST_SKIP() << "test device unavailable: " << g_device_why;
-    dsv4_ctx_options o;
-    dsv4_ctx_options_init(&o);
-    o.device = g_device->device();
-    if (std::getenv("DSV4_BACKEND") == nullptr) o.backend = g_device->backend();
-    dsv4_ctx* raw = nullptr;
-    const dsv4_status st = dsv4_ctx_create(&o, &raw);
-    ASSERT_EQ(st, DSV4_STATUS_OK) << dsv4_last_error_message();
-    ctx_.reset(raw);
+    std::string error;
+    ctx_ = make_test_ctx(g_device, 0, &error);
+    ASSERT_TRUE(ctx_) << error;
   }
 
   void make_cache(uint32_t layout, int32_t block_size, int64_t pad_bytes, int64_t num_blocks,
@@ -539,7 +512,10 @@ TEST_F(KvWriter, PerTensorSaturatesAt448) {
 // ----------------------------------------------------------------------------------------------
 // Arguments
 // ----------------------------------------------------------------------------------------------
+// The CPU backend rejects a slot beyond the capacity before writing anything; GPU backends never
+// read device memory to validate, so they skip that row and write the others (dsv4.h).
 TEST_F(KvWriter, SlotBeyondCapacityWritesNothing) {
+  const bool strict = std::string(g_device->backend()) == "cpu";
   for (uint32_t layout : {DSV4_KV_LAYOUT_FP8_V4_584B, DSV4_KV_LAYOUT_BF16,
                           DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, DSV4_KV_LAYOUT_FP8_V32_656B}) {
     SCOPED_TRACE("layout " + std::to_string(layout));
@@ -547,11 +523,23 @@ TEST_F(KvWriter, SlotBeyondCapacityWritesNothing) {
     const int64_t d = ref_layout_head_dim_qk(layout);
     std::vector<float> rows(static_cast<size_t>(3 * d), 0.5f);
     for (int32_t bad : {15, 1000, 2147483647}) {
-      EXPECT_EQ(write(rows, {0, bad, 4}), DSV4_STATUS_INVALID_ARGUMENT) << "slot " << bad;
-      EXPECT_NE(std::string(dsv4_last_error_message()), "");
-      EXPECT_TRUE(host_ == pattern_)
-          << "cache changed although the call failed (slot " << bad << ")";
+      if (strict) {
+        EXPECT_EQ(write(rows, {0, bad, 4}), DSV4_STATUS_INVALID_ARGUMENT) << "slot " << bad;
+        EXPECT_NE(std::string(dsv4_last_error_message()), "");
+        EXPECT_TRUE(host_ == pattern_)
+            << "cache changed although the call failed (slot " << bad << ")";
+        continue;
+      }
+      ASSERT_EQ(write(rows, {0, bad, 4}), DSV4_STATUS_OK)
+          << "slot " << bad << ": " << dsv4_last_error_message();
+      expect_untouched_except({0, 4});
+      for (int64_t slot : {0, 4}) {
+        const std::vector<double> got = reference_decode_entry(ref(), slot);
+        for (int64_t i = 0; i < d; ++i)
+          ASSERT_NEAR(got[static_cast<size_t>(i)], 0.5, 0.01) << "slot " << slot << " dim " << i;
+      }
     }
+    make_cache(layout, 5, 0, 3);
     EXPECT_EQ(write(rows, {-1, 14, -7}), DSV4_STATUS_OK) << dsv4_last_error_message();
     expect_untouched_except({14});
   }

@@ -26,6 +26,7 @@
 #include "reference.h"
 #include "reference_paged.h"
 #include "test_device.h"
+#include "test_env.h"
 #include "test_util.h"
 
 namespace dsv4test {
@@ -33,63 +34,11 @@ namespace {
 
 constexpr int64_t kDv = 512;
 
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : gen_(seed) {}
-  double normal() { return std::normal_distribution<double>(0.0, 1.0)(gen_); }
-  int64_t randint(int64_t lo, int64_t hi) {  // inclusive
-    return std::uniform_int_distribution<int64_t>(lo, hi)(gen_);
-  }
-  template <typename T>
-  T pick(const std::vector<T>& v) {
-    return v[static_cast<size_t>(randint(0, static_cast<int64_t>(v.size()) - 1))];
-  }
-  std::mt19937_64& gen() { return gen_; }
-
- private:
-  std::mt19937_64 gen_;
-};
-
-std::string status_text(dsv4_status st) {
-  return std::string(dsv4_status_string(st)) + ": " + dsv4_last_error_message();
-}
-
-TestDevice* g_device = nullptr;
-std::string g_device_why;
-
-class DeviceEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    device_ = make_test_device(&g_device_why);
-    g_device = device_.get();
-  }
-  void TearDown() override {
-    g_device = nullptr;
-    device_.reset();
-  }
-
- private:
-  std::unique_ptr<TestDevice> device_;
-};
-
-struct CtxDeleter {
-  void operator()(dsv4_ctx* c) const { dsv4_ctx_destroy(c); }
-};
-struct PlanDeleter {
-  void operator()(dsv4_plan* p) const { dsv4_plan_destroy(p); }
-};
-using CtxPtr = std::unique_ptr<dsv4_ctx, CtxDeleter>;
-using PlanPtr = std::unique_ptr<dsv4_plan, PlanDeleter>;
-
 CtxPtr make_ctx() {
-  dsv4_ctx_options o;
-  dsv4_ctx_options_init(&o);
-  o.device = g_device->device();
-  if (std::getenv("DSV4_BACKEND") == nullptr) o.backend = g_device->backend();
-  dsv4_ctx* ctx = nullptr;
-  const dsv4_status st = dsv4_ctx_create(&o, &ctx);
-  EXPECT_EQ(st, DSV4_STATUS_OK) << status_text(st);
-  return CtxPtr(ctx);
+  std::string error;
+  CtxPtr ctx = make_test_ctx(g_device, 0, &error);
+  EXPECT_TRUE(ctx) << error;
+  return ctx;
 }
 
 // ----------------------------------------------------------------------------------------------
