@@ -14,7 +14,13 @@ endfunction()
 # module (MODULE library libdsv4-<name>.so) in the module directory. It sees the public and module
 # ABI headers and backends/common, exports only its entry symbol, and never links libdsv4.
 function(dsv4_add_backend name)
-  cmake_parse_arguments(ARG "NO_INSTALL" "OUTPUT_NAME;OUTPUT_DIR" "SOURCES;LINK;DEFINES" ${ARGN})
+  cmake_parse_arguments(
+    ARG
+    "NO_INSTALL"
+    "OUTPUT_NAME;OUTPUT_DIR"
+    "SOURCES;LINK;DEFINES"
+    ${ARGN}
+  )
   set(target dsv4-backend-${name})
   add_library(${target} MODULE ${ARG_SOURCES})
   if(NOT ARG_OUTPUT_NAME)
@@ -24,8 +30,10 @@ function(dsv4_add_backend name)
     set(ARG_OUTPUT_DIR ${DSV4_OUTPUT_MODULEDIR})
   endif()
   set_target_properties(
-    ${target} PROPERTIES OUTPUT_NAME ${ARG_OUTPUT_NAME} PREFIX lib LIBRARY_OUTPUT_DIRECTORY
-                                                                  ${ARG_OUTPUT_DIR}
+    ${target}
+    PROPERTIES OUTPUT_NAME ${ARG_OUTPUT_NAME}
+               PREFIX lib
+               LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIR}
   )
   target_include_directories(
     ${target} PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/backends/include
