@@ -1,0 +1,742 @@
+// Sparse MLA attention on CUDA tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate).
+//
+// One CTA = one (token, head group, key split). A head group is 16, 32 or 64 heads (1, 2 or 4 mma
+// row tiles) so a gathered key row is dequantised once and shared by all heads of the group. Keys
+// come in chunks of 64 list positions; each chunk belongs to one list (main or extra) and so to one
+// cache. Per chunk:
+//   raw rows (cp.async, issued one chunk ahead) -> dequantise to bf16 in shared memory
+//   S = Q K^T (warps: head tile x key group) -> online softmax in fp32 (base 2) -> P (bf16)
+//   O += P V (warps: head tile x 512/G value dims), O in fp32 registers.
+// 64-head tiles use 16 warps (O = 64 registers per thread), smaller tiles 8 warps. With one split
+// the CTA applies the sink and writes out / lse / max_logits (through shared memory, 16-byte
+// stores); with several it writes (O, max, sum) partials that the combine kernel merges.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include <type_traits>
+
+#include "common/codec.h"
+#include "common/index.h"
+#include "common/layout.h"
+#include "kernels.h"
+
+namespace dsv4 {
+namespace cuda {
+namespace {
+
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kSRowPad = 4;   // fp32 S rows: 68 floats
+constexpr int kBf16Pad = 8;   // bf16 rows padded by 16 bytes: ldmatrix without bank conflicts
+
+__host__ __device__ inline size_t align16(size_t x) { return (x + 15) / 16 * 16; }
+
+// Shared-memory map of one CTA (byte offsets), identical on host and device.
+struct smem_map {
+  size_t q, k, stage, s, p, m, l, alpha, row_src, row_scale, total;
+};
+
+__host__ __device__ inline smem_map make_smem_map(int head_tiles, int dqk, size_t stage_bytes, int chunk) {
+  const size_t rows = static_cast<size_t>(head_tiles) * kMmaRows;
+  const size_t qk_stride = static_cast<size_t>(dqk + kBf16Pad) * 2;
+  smem_map m;
+  m.q = 0;
+  m.k = m.q + align16(rows * qk_stride);
+  m.stage = m.k + align16(chunk * qk_stride);
+  m.s = m.stage + align16(stage_bytes);
+  m.p = m.s + align16(rows * (chunk + kSRowPad) * sizeof(float));
+  m.m = m.p + align16(rows * (chunk + kBf16Pad) * 2);
+  m.l = m.m + align16(rows * sizeof(float));
+  m.alpha = m.l + align16(rows * sizeof(float));
+  m.row_src = m.alpha + align16(rows * sizeof(float));
+  m.row_scale = m.row_src + 2 * chunk * sizeof(const uint8_t*);
+  m.total = m.row_scale + 2 * chunk * sizeof(const uint8_t*);
+  return m;
+}
+
+// ------------------------------------------------------------------------------------------------
+// PTX helpers
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// d += a (16x16, row) * b (16x8, col); bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Dequantisation of 8 consecutive dims [d0, d0+8) of entry `row` of a staged pseudo-block (the
+// chunk's raw rows stored with the layout's own in-block byte map for a block of `chunk`
+// entries). Values come from the shared codecs, so they are bit-identical to dequant_entry.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  return static_cast<uint32_t>(f32_to_bf16(lo)) | (static_cast<uint32_t>(f32_to_bf16(hi)) << 16);
+}
+
+// 8 e4m3 bytes times a scale, each product rounded to bf16: round_to_bf16(fp8_e4m3_to_f32(b) * s).
+// sm_89+ converts pairs in hardware (e4m3 -> f16 is exact, f16 -> f32 exact, then the same fp32
+// product and RNE narrowing), elsewhere the shared codec; the values are identical (NaN payloads
+// aside).
+__device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 raw, float scale) {
+  const uint32_t w[2] = {raw.x, raw.y};
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = w[i / 2];
+    const int sh = (i % 2) * 16;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t h2;
+    const uint16_t pair = static_cast<uint16_t>(word >> sh);
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(pair));
+    const float a = __half2float(__ushort_as_half(static_cast<unsigned short>(h2 & 0xffffu))) * scale;
+    const float b = __half2float(__ushort_as_half(static_cast<unsigned short>(h2 >> 16))) * scale;
+    const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    o[i] = *reinterpret_cast<const uint32_t*>(&v);
+#else
+    const float a = fp8_e4m3_to_f32(static_cast<uint8_t>(word >> sh)) * scale;
+    const float b = fp8_e4m3_to_f32(static_cast<uint8_t>(word >> (sh + 8))) * scale;
+    o[i] = pack_bf16(a, b);
+#endif
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+__device__ __forceinline__ uint4 dequant8(uint32_t layout, const uint8_t* stage, int chunk, int row, int d0) {
+  const uint8_t* p = stage + entry_data_offset(layout, row);
+  switch (layout) {
+    case DSV4_KV_LAYOUT_BF16:
+      return *reinterpret_cast<const uint4*>(p + 2 * d0);
+    case DSV4_KV_LAYOUT_FP8_V4_584B: {
+      if (d0 >= kNopeDim) return *reinterpret_cast<const uint4*>(p + kNopeDim + 2 * (d0 - kNopeDim));
+      const uint8_t* sc = stage + v4_scale_offset(chunk, row);
+      return fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(p + d0), ue8m0_to_f32(sc[d0 / kV4TileDim]));
+    }
+    case DSV4_KV_LAYOUT_FP8_V32_656B: {
+      if (d0 >= kHeadDim) {
+        return *reinterpret_cast<const uint4*>(p + kHeadDim + 4 * kV32Tiles + 2 * (d0 - kHeadDim));
+      }
+      const float s = *reinterpret_cast<const float*>(p + kHeadDim + 4 * (d0 / kV32TileDim));
+      return fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(p + d0), s);
+    }
+    case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR:
+      return fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(p + d0), 1.0f);
+    default:
+      return make_uint4(0, 0, 0, 0);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Per-layout chunk staging and dequantisation, with every size a compile-time constant.
+template <uint32_t L>
+struct stage_geometry {
+  // 16-byte units of an entry's data part, and whether 8 scale bytes follow elsewhere (584 B).
+  static constexpr int data_units = (L == DSV4_KV_LAYOUT_FP8_V4_584B ? kV4DataBytes
+                                     : L == DSV4_KV_LAYOUT_BF16      ? 2 * kHeadDim
+                                     : L == DSV4_KV_LAYOUT_FP8_V32_656B ? kV32TokenBytes
+                                                                      : kHeadDim) / 16;
+  static constexpr bool has_scales = L == DSV4_KV_LAYOUT_FP8_V4_584B;
+  static constexpr int units = data_units + (has_scales ? 1 : 0);
+};
+
+// Calls f(std::integral_constant<uint32_t, layout>) for the layouts a DQK kernel serves.
+template <int DQK, class F>
+__device__ __forceinline__ void dispatch_layout(uint32_t layout, F&& f) {
+  if constexpr (DQK == kV32HeadDimQK) {
+    f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_V32_656B>{});
+  } else {
+    switch (layout) {
+      case DSV4_KV_LAYOUT_BF16: f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_BF16>{}); break;
+      case DSV4_KV_LAYOUT_FP8_V4_584B: f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_V4_584B>{}); break;
+      default: f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>{}); break;
+    }
+  }
+}
+
+// Copies the raw rows (source pointers per row, nullptr = skip) into the stage pseudo-block.
+// Copies the raw rows (source pointers per row, nullptr = skip) into the stage pseudo-block. One
+// warp per row, lanes over the row's 16-byte units, so row validity is warp-uniform.
+template <uint32_t L, int WARPS, int CHUNK>
+__device__ __forceinline__ void stage_rows(uint8_t* stage, const uint8_t* const* rows, const uint8_t* const* scales,
+                                           bool aligned, int warp, int lane) {
+  using geo = stage_geometry<L>;
+  for (int row = warp; row < CHUNK; row += WARPS) {
+    const uint8_t* src = rows[row];
+    if (src == nullptr) continue;
+    uint8_t* dst = stage + entry_data_offset(L, row);
+#pragma unroll
+    for (int k = lane; k < geo::units; k += 32) {
+      if (k < geo::data_units) {
+        if (aligned) {
+          cp_async16(dst + 16 * k, src + 16 * k);
+        } else {
+          for (int b = 0; b < 16; ++b) dst[16 * k + b] = src[16 * k + b];
+        }
+      } else {
+        const uint8_t* sc = scales[row];
+        uint8_t* sdst = stage + v4_scale_offset(CHUNK, row);
+        if (aligned) {
+          cp_async8(sdst, sc);
+        } else {
+          for (int b = 0; b < kV4ScaleBytes; ++b) sdst[b] = sc[b];
+        }
+      }
+    }
+  }
+}
+
+// Dequantises the staged chunk into K (bf16 rows of QS elements); invalid rows become zero. One
+// warp per row, lanes over its 8-dim groups.
+template <uint32_t L, int DQK, int QS, int WARPS, int CHUNK>
+__device__ __forceinline__ void dequant_chunk(const uint8_t* stage, __nv_bfloat16* k_s, const uint8_t* const* rows,
+                                              int warp, int lane) {
+  constexpr int groups = DQK / 8;
+  for (int row = warp; row < CHUNK; row += WARPS) {
+    const bool valid = rows[row] != nullptr;
+    __nv_bfloat16* dst = k_s + row * QS;
+#pragma unroll
+    for (int gi = lane; gi < groups; gi += 32) {
+      const uint4 v = valid ? dequant8(L, stage, CHUNK, row, gi * 8) : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(dst + gi * 8) = v;
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// The attention kernel. HT = 16 * HEAD_TILES heads per CTA; DQK = 512 or 576 (V3.2 layout).
+template <int HEAD_TILES, int DQK, int CHUNK>
+__global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
+    attention_kernel(const attention_params p) {
+  constexpr int kWarps = attention_warps(HEAD_TILES, CHUNK);
+  constexpr int kThreads = kWarps * 32;
+  constexpr int HT = HEAD_TILES * kMmaRows;
+  constexpr int G = kWarps / HEAD_TILES;       // key groups (S) / value-dim groups (O)
+  constexpr int NT = CHUNK / 8 / G;            // S n-tiles (8 keys) per warp
+  constexpr int NV = kHeadDim / 8 / G;         // O n-tiles (8 dims) per warp
+  constexpr int TPR = kThreads / HT;           // softmax threads per head row
+  constexpr int KPT = CHUNK / TPR;        // keys per softmax thread
+
+  extern __shared__ __align__(16) uint8_t smem[];
+  constexpr int dqk = DQK;
+  constexpr int qk_stride = DQK + kBf16Pad;  // bf16 elements
+  const smem_map map = make_smem_map(HEAD_TILES, dqk, static_cast<size_t>(p.stage_bytes), CHUNK);
+  __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem + map.q);
+  __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem + map.k);
+  uint8_t* stage = smem + map.stage;
+  float* s_s = reinterpret_cast<float*>(smem + map.s);
+  __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem + map.p);
+  float* m_s = reinterpret_cast<float*>(smem + map.m);
+  float* l_s = reinterpret_cast<float*>(smem + map.l);
+  float* alpha_s = reinterpret_cast<float*>(smem + map.alpha);
+  const uint8_t** row_src = reinterpret_cast<const uint8_t**>(smem + map.row_src);
+  const uint8_t** row_scale = reinterpret_cast<const uint8_t**>(smem + map.row_scale);
+  __shared__ int32_t list_count[2];
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int64_t cta = blockIdx.x;
+  const int split = static_cast<int>(cta % p.num_splits);
+  const int group = static_cast<int>((cta / p.num_splits) % p.head_groups);
+  const int64_t t = cta / (static_cast<int64_t>(p.num_splits) * p.head_groups);
+  const int head0 = group * HT;
+
+  // Candidate counts of both lists (index.h: width / CSR row, capped by the optional lengths).
+  if (tid < 2) {
+    int64_t n = 0;
+    if (p.list[tid].indices != nullptr && p.cache[tid].base != nullptr) {
+      n = list_row_count(p.list[tid], t, p.seq_q);
+      n = n < p.width[tid] ? n : p.width[tid];
+    }
+    list_count[tid] = static_cast<int32_t>(n);
+  }
+  // Q tile -> shared (bf16; e4m3 widened exactly), padding heads zero. Aligned bf16 rows go by
+  // cp.async (completed with the first chunk's stage); otherwise one warp per head row.
+  if (p.q_aligned16) {
+    const int units = dqk / 8;
+    for (int u = tid; u < HT * units; u += kThreads) {
+      const int r = u / units;
+      const int k = u % units;
+      const int h = head0 + r;
+      uint16_t* dst = reinterpret_cast<uint16_t*>(q_s) + r * qk_stride + 8 * k;
+      if (h < p.num_heads) {
+        cp_async16(dst, static_cast<const uint16_t*>(p.q.data) + token_offset(p.q, t, p.seq_q, h) + 8 * k);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    cp_async_commit();
+  } else {
+    for (int r = warp; r < HT; r += kWarps) {
+      const int h = head0 + r;
+      uint16_t* dst = reinterpret_cast<uint16_t*>(q_s) + r * qk_stride;
+      if (h >= p.num_heads) {
+        for (int d = lane; d < dqk; d += 32) dst[d] = 0;
+        continue;
+      }
+      const int64_t off = token_offset(p.q, t, p.seq_q, h);
+      if (p.q_is_fp8) {
+        const uint8_t* src = static_cast<const uint8_t*>(p.q.data) + off;
+        for (int d = lane; d < dqk; d += 32) dst[d] = f32_to_bf16(fp8_e4m3_to_f32(src[d]));
+      } else {
+        const uint16_t* src = static_cast<const uint16_t*>(p.q.data) + off;
+        for (int d = lane; d < dqk; d += 32) dst[d] = src[d];
+      }
+    }
+  }
+  if (tid < HT) {
+    m_s[tid] = -INFINITY;
+    l_s[tid] = 0.0f;
+    alpha_s[tid] = 1.0f;
+  }
+  __syncthreads();
+
+  const int total_chunks = p.chunks[0] + p.chunks[1];
+  const int c_begin = split * p.chunks_per_split;
+  const int c_end = min(total_chunks, c_begin + p.chunks_per_split);
+  auto chunk_list = [&](int c) { return c < p.chunks[0] ? 0 : 1; };
+  auto chunk_pos0 = [&](int c) { return (c < p.chunks[0] ? c : c - p.chunks[0]) * CHUNK; };
+  auto next_active = [&](int c) {
+    while (c < c_end && chunk_pos0(c) >= list_count[chunk_list(c)]) ++c;
+    return c;
+  };
+
+  // Reads the list entry of this thread's row of chunk c (-1 when beyond the row's count); the
+  // global load is issued early so its latency hides behind other work.
+  auto load_index = [&](int c) -> int64_t {
+    if (tid >= CHUNK || c >= c_end) return -1;
+    const int li = chunk_list(c);
+    const int64_t pos = chunk_pos0(c) + tid;
+    return pos < list_count[li] ? static_cast<int64_t>(list_entry(p.list[li], t, p.seq_q, pos)) : -1;
+  };
+  // Resolves the rows of chunk c into source pointers (nullptr = not a valid candidate).
+  auto resolve_rows = [&](int c, int parity, int64_t idx) {
+    if (tid < CHUNK) {
+      const dsv4_mod_cache& cache = p.cache[chunk_list(c)];
+      const uint8_t* src = nullptr;
+      const uint8_t* sc = nullptr;
+      if (slot_is_valid(idx, cache)) {
+        int64_t e;
+        const uint8_t* block = slot_block_base(cache, idx, &e);
+        src = block + entry_data_offset(cache.layout, e);
+        sc = block + v4_scale_offset(cache.block_size, e);
+      }
+      row_src[parity * CHUNK + tid] = src;
+      row_scale[parity * CHUNK + tid] = sc;
+    }
+  };
+  // Copies the raw rows of chunk c (resolved under `parity`) into the stage.
+  auto issue_stage = [&](int c, int parity) {
+    dispatch_layout<DQK>(p.cache[chunk_list(c)].layout, [&](auto tag) {
+      stage_rows<decltype(tag)::value, kWarps, CHUNK>(stage, row_src + parity * CHUNK, row_scale + parity * CHUNK,
+                                               p.aligned16 != 0, warp, lane);
+    });
+    cp_async_commit();
+  };
+
+  // O accumulators: rows (g, g+8) of head tile `mt`, value dims [dim0, dim0 + 8*NV).
+  const int mt = warp % HEAD_TILES;
+  const int wg = warp / HEAD_TILES;
+  const int g = lane / 4;
+  const int tig = lane % 4;
+  const int dim0 = wg * NV * 8;
+  float o[NV][4];
+#pragma unroll
+  for (int n = 0; n < NV; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+  int c = next_active(c_begin);
+  int parity = 0;
+  if (c >= c_end) cp_async_wait_all();  // no chunk: Q is not used, but drain its copies
+  if (c < c_end) {
+    resolve_rows(c, parity, load_index(c));
+    __syncthreads();
+    issue_stage(c, parity);
+  }
+  while (c < c_end) {
+    const int li = chunk_list(c);
+    const uint32_t layout = p.cache[li].layout;
+    const int c_next = next_active(c + 1);
+    const int64_t next_idx = load_index(c_next);
+    cp_async_wait_all();
+    __syncthreads();  // stage complete; previous chunk's P / K reads finished
+    // Dequantise the stage into K (invalid rows are zero so they add nothing, NaN never leaks).
+    dispatch_layout<DQK>(layout, [&](auto tag) {
+      dequant_chunk<decltype(tag)::value, DQK, qk_stride, kWarps, CHUNK>(stage, k_s, row_src + parity * CHUNK, warp,
+                                                                  lane);
+    });
+    if (c_next < c_end) resolve_rows(c_next, parity ^ 1, next_idx);
+    __syncthreads();  // K ready, stage free, next rows resolved
+    if (c_next < c_end) issue_stage(c_next, parity ^ 1);
+
+    // S = Q K^T for head tile mt, keys [key0, key0 + 8*NT).
+    {
+      const int key0 = wg * NT * 8;
+      // AS independent accumulator sets (summed at the end) keep >= 4 mma chains in flight.
+      constexpr int AS = NT == 1 ? 4 : (NT == 2 ? 2 : 1);
+      float accs[AS][NT][4];
+#pragma unroll
+      for (int a4 = 0; a4 < AS; ++a4)
+#pragma unroll
+        for (int n = 0; n < NT; ++n) accs[a4][n][0] = accs[a4][n][1] = accs[a4][n][2] = accs[a4][n][3] = 0.0f;
+      const __nv_bfloat16* qa = q_s + (mt * 16 + (lane % 16)) * qk_stride + (lane / 16) * 8;
+      const __nv_bfloat16* kb = NT == 1 ? k_s + (key0 + (lane & 7)) * qk_stride + ((lane >> 3) & 1) * 8
+                                        : k_s + (key0 + (lane & 7) + ((lane >> 4) << 3)) * qk_stride +
+                                              ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int ks = 0; ks < DQK / 16; ++ks) {
+        float (*acc)[4] = accs[ks % AS];
+        uint32_t a[4];
+        ldmatrix_x4(a, qa + ks * 16);
+        if constexpr (NT == 1) {
+          uint32_t b[2];
+          ldmatrix_x2(b, kb + ks * 16);
+          mma_bf16(acc[0], a, b[0], b[1]);
+        } else {
+#pragma unroll
+          for (int np = 0; np < NT / 2; ++np) {
+            uint32_t b[4];
+            ldmatrix_x4(b, kb + np * 16 * qk_stride + ks * 16);
+            mma_bf16(acc[2 * np], a, b[0], b[1]);
+            mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+          }
+        }
+      }
+      float (*acc)[4] = accs[0];
+#pragma unroll
+      for (int a4 = 1; a4 < AS; ++a4)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[n][i] += accs[a4][n][i];
+      const float scl = p.logit_scale_log2[li];
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        const int key = key0 + n * 8 + 2 * tig;
+        const bool v0 = row_src[parity * CHUNK + key] != nullptr;
+        const bool v1 = row_src[parity * CHUNK + key + 1] != nullptr;
+        float* r0 = s_s + (mt * 16 + g) * (CHUNK + kSRowPad) + key;
+        float* r1 = r0 + 8 * (CHUNK + kSRowPad);
+        r0[0] = v0 ? acc[n][0] * scl : -INFINITY;
+        r0[1] = v1 ? acc[n][1] * scl : -INFINITY;
+        r1[0] = v0 ? acc[n][2] * scl : -INFINITY;
+        r1[1] = v1 ? acc[n][3] * scl : -INFINITY;
+      }
+    }
+    __syncthreads();
+
+    // Online softmax (base 2): TPR threads per head row, each KPT keys.
+    {
+      const int row = tid / TPR;
+      const int sub = tid % TPR;
+      const float* srow = s_s + row * (CHUNK + kSRowPad) + sub * KPT;
+      float sv[KPT];
+      float cmax = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < KPT; ++j) {
+        sv[j] = srow[j];
+        cmax = fmaxf(cmax, sv[j]);
+      }
+#pragma unroll
+      for (int off = TPR / 2; off > 0; off /= 2) cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, off));
+      const float m_old = m_s[row];
+      const float m_new = fmaxf(m_old, cmax);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float vs = p.value_scale[li];
+      float sum = 0.0f;
+      __nv_bfloat16* prow = p_s + row * (CHUNK + kBf16Pad) + sub * KPT;
+#pragma unroll
+      for (int j = 0; j < KPT; j += 2) {
+        const float e0 = exp2f(sv[j] - m_use);
+        const float e1 = exp2f(sv[j + 1] - m_use);
+        sum += e0 + e1;
+        const __nv_bfloat162 pv = __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
+        *reinterpret_cast<__nv_bfloat162*>(prow + j) = pv;
+      }
+#pragma unroll
+      for (int off = TPR / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      __syncwarp();
+      if (sub == 0) {
+        const float alpha = exp2f(m_old - m_use);
+        alpha_s[row] = alpha;
+        l_s[row] = l_s[row] * alpha + sum;
+        m_s[row] = m_new;
+      }
+    }
+    __syncthreads();
+
+    // O = alpha * O + P V for head tile mt, value dims [dim0, dim0 + 8*NV).
+    {
+      const float alo = alpha_s[mt * 16 + g];
+      const float ahi = alpha_s[mt * 16 + g + 8];
+#pragma unroll
+      for (int n = 0; n < NV; ++n) {
+        o[n][0] *= alo;
+        o[n][1] *= alo;
+        o[n][2] *= ahi;
+        o[n][3] *= ahi;
+      }
+      const __nv_bfloat16* pa = p_s + (mt * 16 + (lane % 16)) * (CHUNK + kBf16Pad) + (lane / 16) * 8;
+      const __nv_bfloat16* vb = k_s + ((lane & 7) + ((lane >> 3) & 1) * 8) * qk_stride + dim0 + (lane >> 4) * 8;
+#pragma unroll
+      for (int ks = 0; ks < CHUNK / 16; ++ks) {
+        uint32_t a[4];
+        ldmatrix_x4(a, pa + ks * 16);
+#pragma unroll
+        for (int np = 0; np < NV / 2; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vb + ks * 16 * qk_stride + np * 16);
+          mma_bf16(o[2 * np], a, b[0], b[1]);
+          mma_bf16(o[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    c = c_next;
+    parity ^= 1;
+  }
+  __syncthreads();  // final m / l visible to every warp
+
+  const int rlo = mt * 16 + g;
+  const int rows[2] = {rlo, rlo + 8};
+  if (p.num_splits == 1) {
+    // Normalised rows (sink applied) -> bf16 tile in the free K buffer -> 16-byte global stores.
+    constexpr int OS = kHeadDim + kBf16Pad;
+    __nv_bfloat16* o_s = k_s;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = rows[half];
+      const int h = head0 + r;
+      const float l = l_s[r];
+      float factor = 0.0f;  // empty row: output 0
+      if (!(l == 0.0f) && h < p.num_heads) {
+        const float lse = (m_s[r] + log2f(l)) * kLn2;
+        const float sink_factor = p.attn_sink != nullptr ? 1.0f / (1.0f + expf(p.attn_sink[h] - lse)) : 1.0f;
+        factor = sink_factor / l;
+      }
+#pragma unroll
+      for (int n = 0; n < NV; ++n) {
+        const int d = dim0 + n * 8 + 2 * tig;
+        *reinterpret_cast<uint32_t*>(o_s + r * OS + d) =
+            pack_bf16(o[n][2 * half] * factor, o[n][2 * half + 1] * factor);
+      }
+    }
+    __syncthreads();
+    constexpr int kUnits = kHeadDim / 8;
+    for (int u = tid; u < HT * kUnits; u += kThreads) {
+      const int r = u / kUnits;
+      const int d = (u % kUnits) * 8;
+      const int h = head0 + r;
+      if (h >= p.num_heads) continue;
+      const uint4 v = *reinterpret_cast<const uint4*>(o_s + r * OS + d);
+      uint16_t* out = static_cast<uint16_t*>(p.out.data) + token_offset(p.out, t, p.seq_q, h) + d;
+      if (p.out_aligned16) {
+        *reinterpret_cast<uint4*>(out) = v;
+      } else {
+        const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
+        for (int i = 0; i < 8; ++i) out[i] = e[i];
+      }
+    }
+    if (tid < HT && head0 + tid < p.num_heads) {
+      const int h = head0 + tid;
+      const float l = l_s[tid];
+      const bool empty = l == 0.0f;
+      if (p.lse.data != nullptr) {
+        static_cast<float*>(p.lse.data)[token_offset(p.lse, t, p.seq_q, h)] =
+            empty ? INFINITY : (m_s[tid] + log2f(l)) * kLn2;
+      }
+      if (p.max_logits.data != nullptr) {
+        static_cast<float*>(p.max_logits.data)[token_offset(p.max_logits, t, p.seq_q, h)] =
+            empty ? -INFINITY : m_s[tid] * kLn2;
+      }
+    }
+  } else {
+    const int64_t base = (t * p.num_splits + split) * p.num_heads;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int h = head0 + rows[half];
+      if (h >= p.num_heads) continue;
+      float* po = p.partial_o + (base + h) * kHeadDim;
+#pragma unroll
+      for (int n = 0; n < NV; ++n) {
+        const int d = dim0 + n * 8 + 2 * tig;
+        *reinterpret_cast<float2*>(po + d) = make_float2(o[n][2 * half], o[n][2 * half + 1]);
+      }
+    }
+    if (tid < HT && head0 + tid < p.num_heads) {
+      float* pml = p.partial_ml + (base + head0 + tid) * 2;
+      pml[0] = m_s[tid];
+      pml[1] = l_s[tid];
+    }
+  }
+}
+
+// Merges the split partials of one (token, head): 128 threads x 4 dims.
+__global__ void __launch_bounds__(128) combine_kernel(const attention_params p) {
+  const int64_t th = blockIdx.x;
+  const int h = static_cast<int>(th % p.num_heads);
+  const int64_t t = th / p.num_heads;
+  const int S = p.num_splits;
+  const float* ml = p.partial_ml + (t * S * p.num_heads + h) * 2;
+  const int64_t ml_step = static_cast<int64_t>(p.num_heads) * 2;
+  float m = -INFINITY;
+  for (int s = 0; s < S; ++s) m = fmaxf(m, ml[s * ml_step]);
+  const float m_use = m == -INFINITY ? 0.0f : m;
+  float l = 0.0f;
+  for (int s = 0; s < S; ++s) l += ml[s * ml_step + 1] * exp2f(ml[s * ml_step] - m_use);
+  const bool empty = l == 0.0f;
+  float factor = 0.0f;
+  float lse = INFINITY;
+  if (!empty) {
+    lse = (m + log2f(l)) * kLn2;
+    const float sink_factor = p.attn_sink != nullptr ? 1.0f / (1.0f + expf(p.attn_sink[h] - lse)) : 1.0f;
+    factor = sink_factor / l;
+  }
+  const int d = threadIdx.x * 4;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (!empty) {
+    const float* po = p.partial_o + (t * S * p.num_heads + h) * kHeadDim + d;
+    const int64_t o_step = static_cast<int64_t>(p.num_heads) * kHeadDim;
+    for (int s = 0; s < S; ++s) {
+      const float ms = ml[s * ml_step];
+      if (ms == -INFINITY) continue;  // split saw no valid key: its partial O is zero
+      const float w = exp2f(ms - m_use);
+      const float4 v = *reinterpret_cast<const float4*>(po + s * o_step);
+      acc[0] += v.x * w;
+      acc[1] += v.y * w;
+      acc[2] += v.z * w;
+      acc[3] += v.w * w;
+    }
+  }
+  uint16_t* out = static_cast<uint16_t*>(p.out.data) + token_offset(p.out, t, p.seq_q, h);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[d + i] = f32_to_bf16(acc[i] * factor);
+  if (threadIdx.x == 0) {
+    if (p.lse.data != nullptr) static_cast<float*>(p.lse.data)[token_offset(p.lse, t, p.seq_q, h)] = lse;
+    if (p.max_logits.data != nullptr) {
+      static_cast<float*>(p.max_logits.data)[token_offset(p.max_logits, t, p.seq_q, h)] =
+          empty ? -INFINITY : m * kLn2;
+    }
+  }
+}
+
+template <int HEAD_TILES, int CHUNK>
+cudaError_t launch_tiles(const attention_params& p, size_t smem, cudaStream_t stream) {
+  const int64_t ctas = static_cast<int64_t>(p.num_tokens) * p.head_groups * p.num_splits;
+  constexpr int threads = attention_warps(HEAD_TILES, CHUNK) * 32;
+  if (p.head_dim_qk == kV32HeadDimQK) {
+    attention_kernel<HEAD_TILES, kV32HeadDimQK, CHUNK><<<static_cast<unsigned>(ctas), threads, smem, stream>>>(p);
+  } else {
+    attention_kernel<HEAD_TILES, kHeadDim, CHUNK><<<static_cast<unsigned>(ctas), threads, smem, stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+template <int HEAD_TILES, int CHUNK>
+cudaError_t configure_tiles(int bytes) {
+  cudaError_t err = cudaFuncSetAttribute(attention_kernel<HEAD_TILES, kHeadDim, CHUNK>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err != cudaSuccess) return err;
+  return cudaFuncSetAttribute(attention_kernel<HEAD_TILES, kV32HeadDimQK, CHUNK>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
+}  // namespace
+
+size_t attention_stage_bytes(uint32_t main_layout, uint32_t extra_layout, int chunk) {
+  size_t bytes = 0;
+  const uint32_t layouts[2] = {main_layout, extra_layout};
+  for (uint32_t layout : layouts) {
+    if (!layout_is_known(layout)) continue;
+    const size_t b = static_cast<size_t>(layout_min_block_bytes(layout, chunk));
+    bytes = b > bytes ? b : bytes;
+  }
+  return align16(bytes);
+}
+
+size_t attention_smem_bytes(int head_tiles, int head_dim_qk, size_t stage_bytes, int chunk) {
+  return make_smem_map(head_tiles, head_dim_qk, stage_bytes, chunk).total;
+}
+
+template <int HEAD_TILES, int CHUNK>
+int resident_ctas(int dqk, size_t smem) {
+  int n = 0;
+  const int threads = attention_warps(HEAD_TILES, CHUNK) * 32;
+  const cudaError_t err =
+      dqk == kV32HeadDimQK
+          ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<HEAD_TILES, kV32HeadDimQK, CHUNK>,
+                                                          threads, smem)
+          : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<HEAD_TILES, kHeadDim, CHUNK>, threads,
+                                                          smem);
+  return err == cudaSuccess && n > 0 ? n : 1;
+}
+
+int attention_ctas_per_sm(int head_tiles, int chunk, int head_dim_qk, size_t smem_bytes) {
+  if (chunk == kSmallChunkKeys) return resident_ctas<1, kSmallChunkKeys>(head_dim_qk, smem_bytes);
+  switch (head_tiles) {
+    case 1: return resident_ctas<1, kChunkKeys>(head_dim_qk, smem_bytes);
+    case 2: return resident_ctas<2, kChunkKeys>(head_dim_qk, smem_bytes);
+    default: return resident_ctas<4, kChunkKeys>(head_dim_qk, smem_bytes);
+  }
+}
+
+cudaError_t attention_configure(int head_tiles, int chunk, size_t smem_bytes) {
+  const int bytes = static_cast<int>(smem_bytes);
+  if (chunk == kSmallChunkKeys) return head_tiles == 1 ? configure_tiles<1, kSmallChunkKeys>(bytes) : cudaErrorInvalidValue;
+  switch (head_tiles) {
+    case 1: return configure_tiles<1, kChunkKeys>(bytes);
+    case 2: return configure_tiles<2, kChunkKeys>(bytes);
+    case 4: return configure_tiles<4, kChunkKeys>(bytes);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t attention_launch(const attention_params& p, size_t smem_bytes, cudaStream_t stream) {
+  if (p.num_tokens <= 0) return cudaSuccess;
+  cudaError_t err;
+  if (p.chunk_keys == kSmallChunkKeys) {
+    if (p.head_tiles != 1) return cudaErrorInvalidValue;
+    err = launch_tiles<1, kSmallChunkKeys>(p, smem_bytes, stream);
+  } else {
+    switch (p.head_tiles) {
+      case 1: err = launch_tiles<1, kChunkKeys>(p, smem_bytes, stream); break;
+      case 2: err = launch_tiles<2, kChunkKeys>(p, smem_bytes, stream); break;
+      case 4: err = launch_tiles<4, kChunkKeys>(p, smem_bytes, stream); break;
+      default: return cudaErrorInvalidValue;
+    }
+  }
+  if (err != cudaSuccess || p.num_splits == 1) return err;
+  const int64_t blocks = static_cast<int64_t>(p.num_tokens) * p.num_heads;
+  combine_kernel<<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace dsv4

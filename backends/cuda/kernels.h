@@ -1,0 +1,106 @@
+// Interface between the CUDA module's host code (module.cpp, plain C++) and its kernels (*.cu).
+// Only POD parameter structs and launch functions cross it; every launcher enqueues on the given
+// stream, never allocates and never synchronises (CUDA-graph capturable).
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/paged_index.h"
+#include "dsv4_backend.h"
+#include "dsv4_backend_export.h"
+
+namespace dsv4 {
+namespace cuda {
+
+constexpr int kChunkKeys = 64;       // keys dequantised to shared memory per step
+constexpr int kSmallChunkKeys = 32;  // 16-head tiles on devices with little shared memory (sm_86/89)
+// Warps per attention CTA: 16 for 64-head tiles (keeps the O accumulators at 64 registers per
+// thread and four warps per scheduler), 4 for the small-chunk 16-head variant, else 8.
+constexpr DSV4_HD int attention_warps(int head_tiles, int chunk) {
+  return head_tiles == 4 ? 16 : (chunk == kSmallChunkKeys ? 4 : 8);
+}
+constexpr int kMmaRows = 16;       // heads per mma tile (the M dimension)
+constexpr int kMaxHeadTiles = 4;   // up to 64 heads per CTA
+
+// One attention launch over explicit lists (paged mode builds its lists first, then uses this).
+struct attention_params {
+  int32_t num_tokens;
+  int32_t seq_q;
+  int32_t num_heads;
+  int32_t head_dim_qk;        // 512 or 576
+  int32_t head_tiles;         // mma row tiles per CTA (1, 2 or 4): heads_per_cta = 16 * head_tiles
+  int32_t head_groups;        // ceil(num_heads / heads_per_cta)
+  int32_t num_splits;         // CTAs along the key axis per (token, head group)
+  int32_t chunks_per_split;
+  int32_t chunks[2];          // 64-key chunks of the main / extra list (from the list widths)
+  int32_t width[2];           // list widths: positions beyond are never read
+  int32_t q_is_fp8;           // 1: q is e4m3 (per-tensor FP8 path)
+  int32_t aligned16;          // caches allow 16-byte cp.async (base and block stride)
+  float logit_scale_log2[2];  // softmax_scale * q_scale * kv_scale(list) * log2(e)
+  float value_scale[2];       // kv_scale of the list's cache (per-tensor FP8), else 1
+  int32_t stage_bytes;        // staging buffer for one chunk's raw rows
+  int32_t q_aligned16;        // bf16 q rows are 16-byte aligned: loaded with cp.async
+  int32_t out_aligned16;      // out rows are 16-byte aligned: written with 16-byte stores
+  int32_t chunk_keys;         // kChunkKeys, or kSmallChunkKeys (16-head tiles, small shared memory)
+  dsv4_mod_token_view q;
+  dsv4_mod_token_view out;
+  dsv4_mod_token_view lse;
+  dsv4_mod_token_view max_logits;
+  dsv4_mod_cache cache[2];
+  dsv4_mod_index_list list[2];
+  const float* attn_sink;
+  float* partial_o;           // [T][splits][H][512] fp32, unnormalised (num_splits > 1)
+  float* partial_ml;          // [T][splits][H][2]: running max (log2 domain) and sum
+};
+
+// Bytes of a chunk's staging buffer for the caches in use (a pseudo-block of `chunk` entries).
+size_t attention_stage_bytes(uint32_t main_layout, uint32_t extra_layout, int chunk);
+// Dynamic shared memory of one attention CTA.
+size_t attention_smem_bytes(int head_tiles, int head_dim_qk, size_t stage_bytes, int chunk);
+// Raises the kernel's dynamic shared-memory limit on the current device (call at plan creation).
+cudaError_t attention_configure(int head_tiles, int chunk, size_t smem_bytes);
+// Attention CTAs one SM holds at once (after attention_configure).
+int attention_ctas_per_sm(int head_tiles, int chunk, int head_dim_qk, size_t smem_bytes);
+// Enqueues the attention kernel and, when num_splits > 1, the combine kernel.
+cudaError_t attention_launch(const attention_params& p, size_t smem_bytes, cudaStream_t stream);
+
+// Paged mode: builds every token's SWA and compressed lists into the workspace (one thread per token,
+// through backends/common/paged_index.h).
+struct paged_build_params {
+  paged_geometry geometry;
+  paged_capacity capacity;
+  dsv4_mod_paged_batch batch;
+  int64_t num_tokens;
+  int32_t* swa_indices;   // [T][window]
+  int32_t* swa_lengths;   // [T]
+  int32_t* cmp_indices;   // [T][cmp_width] (NULL when cmp_width is 0)
+  int32_t* cmp_lengths;   // [T]
+};
+cudaError_t paged_build_launch(const paged_build_params& p, cudaStream_t stream);
+
+// KV writer: quantises rows into a cache (backends/common/layout.h quantize_entry).
+cudaError_t kv_write_launch(const dsv4_mod_kv_write& w, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace dsv4
+
+namespace dsv4 {
+namespace cuda {
+
+// Paged-mode index export (dsv4_export_indices) in one of the engines' formats.
+struct export_params {
+  paged_geometry geometry;
+  paged_capacity capacity;
+  dsv4_mod_paged_batch batch;
+  int64_t num_tokens;
+  uint32_t format;                 // DSV4_EXPORT_*
+  dsv4_mod_export_list swa, cmp, combined;
+};
+// Largest list width the CSR exporter stages in shared memory.
+constexpr int64_t kExportMaxCsrWidth = 12288;
+cudaError_t export_launch(const export_params& p, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace dsv4

@@ -1,0 +1,625 @@
+// Entry point and module ABI slots of the CUDA backend (libdsv4-cuda.so). The CUDA runtime is linked
+// statically, so only the driver is needed at run time; without one the probe answers score 0 with
+// the reason. Every slot catches everything and reports errors through host->set_error.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "common/layout.h"
+#include "common/paged_index.h"
+#include "dsv4_backend.h"
+#include "kernels.h"
+
+namespace dsv4 {
+namespace cuda {
+namespace {
+
+const dsv4_host_services* g_host = nullptr;
+
+dsv4_status fail(dsv4_status status, const char* format, ...) __attribute__((format(printf, 2, 3)));
+dsv4_status fail(dsv4_status status, const char* format, ...) {
+  char message[512];
+  const int prefix = std::snprintf(message, sizeof message, "cuda: ");
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(message + prefix, sizeof message - static_cast<size_t>(prefix), format, args);
+  va_end(args);
+  if (g_host != nullptr && g_host->set_error != nullptr) g_host->set_error(message);
+  return status;
+}
+
+void log_debug(const char* format, ...) __attribute__((format(printf, 1, 2)));
+void log_debug(const char* format, ...) {
+  if (g_host == nullptr || g_host->log == nullptr) return;
+  char message[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(message, sizeof message, format, args);
+  va_end(args);
+  g_host->log(DSV4_LOG_DEBUG, "cuda", message);
+}
+
+dsv4_status cuda_fail(cudaError_t err, const char* what) {
+  return fail(DSV4_STATUS_BACKEND_ERROR, "%s: %s (%s)", what, cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+template <class Fn>
+dsv4_status guarded(const char* what, Fn&& fn) noexcept {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return fail(DSV4_STATUS_OUT_OF_MEMORY, "%s: out of host memory", what);
+  } catch (const std::exception& e) {
+    return fail(DSV4_STATUS_INTERNAL, "%s: %s", what, e.what());
+  } catch (...) {
+    return fail(DSV4_STATUS_INTERNAL, "%s: unknown exception", what);
+  }
+}
+
+// Makes `device` current for the scope and restores the caller's device afterwards.
+class device_scope {
+ public:
+  explicit device_scope(int device) {
+    status_ = cudaGetDevice(&previous_);
+    if (status_ == cudaSuccess && previous_ != device) status_ = cudaSetDevice(device);
+  }
+  ~device_scope() {
+    int now = -1;
+    if (cudaGetDevice(&now) == cudaSuccess && now != previous_ && previous_ >= 0) cudaSetDevice(previous_);
+  }
+  device_scope(const device_scope&) = delete;
+  device_scope& operator=(const device_scope&) = delete;
+  cudaError_t status() const { return status_; }
+
+ private:
+  int previous_ = -1;
+  cudaError_t status_ = cudaSuccess;
+};
+
+struct context {
+  int device = 0;
+  int sm_count = 1;
+  size_t smem_optin = 0;
+  int cc_major = 0;
+  int cc_minor = 0;
+};
+
+struct plan {
+  const context* ctx = nullptr;
+  dsv4_plan_options options{};
+  int head_tiles = 1;
+  int head_groups = 1;
+  int chunk_keys = kChunkKeys;  // keys per shared-memory chunk
+  int ctas_per_sm = 1;          // attention CTAs resident per SM
+  int width[2] = {0, 0};        // list widths (explicit: topk / extra_topk; paged: W / cmp width)
+  int chunks[2] = {0, 0};
+  size_t stage_bytes = 0;
+  size_t smem_bytes = 0;
+  size_t lists_bytes = 0;       // paged: the list builders' workspace (paged_workspace layout)
+  size_t partial_rows = 0;      // (token, split) rows of partials the workspace holds
+  size_t workspace_bytes = 0;
+  char kernel[128] = {0};
+};
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+bool dtype_is(const dsv4_dtype& t, uint8_t code, uint8_t bits) {
+  return t.code == code && t.bits == bits && t.lanes == 1;
+}
+
+// Key splits for T tokens. The cost of a choice is its number of waves (CTAs over the resident CTA
+// slots of the device) times the chunks each CTA runs, plus a fixed per-CTA cost (Q load, first gather, epilogue:
+// about 1.5 chunks, measured) and, with splits, the combine pass (about one chunk). Splitting is
+// limited to 4 waves of CTAs, which bounds the workspace for partials (see size_plan).
+struct split_plan {
+  int splits;
+  int chunks_per_split;
+};
+split_plan choose_splits(const plan& p, int64_t tokens) {
+  const int total = std::max(1, p.chunks[0] + p.chunks[1]);
+  const int64_t base = tokens * p.head_groups;
+  const int64_t sms = std::max(1, p.ctx->sm_count) * static_cast<int64_t>(std::max(1, p.ctas_per_sm));
+  split_plan best{1, total};
+  double best_cost = 1e300;
+  for (int want = 1; want <= total; ++want) {
+    const int per = (total + want - 1) / want;
+    const int splits = (total + per - 1) / per;
+    if (splits != want) continue;                           // same as a smaller count
+    if (splits > 1 && base * splits > 4 * sms) continue;    // bounds the partials' workspace
+    const int64_t waves = (base * splits + sms - 1) / sms;
+    const double cost = static_cast<double>(waves) * (per + 1.5) + (splits > 1 ? 1.0 : 0.0);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = {splits, per};
+    }
+  }
+  return best;
+}
+
+size_t partial_bytes_o(size_t rows, int heads) { return align_up(rows * heads * kHeadDim * sizeof(float)); }
+size_t partial_bytes_ml(size_t rows, int heads) { return align_up(rows * heads * 2 * sizeof(float)); }
+
+dsv4_status check_cache(const dsv4_kv_cache_desc& c, const char* name, bool optional) {
+  if (c.layout == DSV4_KV_LAYOUT_NONE && optional) return DSV4_STATUS_OK;
+  if (!layout_is_known(c.layout)) return fail(DSV4_STATUS_UNSUPPORTED, "plan: %s layout %u", name, c.layout);
+  if (c.block_size < 1) return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: %s block_size %d", name, c.block_size);
+  if (c.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR && !(c.kv_scale > 0.0f && std::isfinite(c.kv_scale)))
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: %s kv_scale %g", name, static_cast<double>(c.kv_scale));
+  return DSV4_STATUS_OK;
+}
+
+dsv4_status check_plan(plan* p) {
+  const dsv4_plan_options& o = p->options;
+  if (o.mode != DSV4_MODE_EXPLICIT && o.mode != DSV4_MODE_PAGED)
+    return fail(DSV4_STATUS_UNSUPPORTED, "plan: mode %u", o.mode);
+  if (o.num_heads < 1 || o.num_heads > 128)
+    return fail(DSV4_STATUS_UNSUPPORTED, "plan: num_heads %d (1..128)", o.num_heads);
+  dsv4_status st = check_cache(o.swa_cache, "swa_cache", false);
+  if (st != DSV4_STATUS_OK) return st;
+  st = check_cache(o.extra_cache, "extra_cache", true);
+  if (st != DSV4_STATUS_OK) return st;
+  const int d_qk = layout_head_dim_qk(o.swa_cache.layout);
+  if (o.head_dim_qk != d_qk)
+    return fail(DSV4_STATUS_UNSUPPORTED, "plan: head_dim_qk %d, layout %u holds %d", o.head_dim_qk,
+                o.swa_cache.layout, d_qk);
+  if (o.extra_cache.layout != DSV4_KV_LAYOUT_NONE && layout_head_dim_qk(o.extra_cache.layout) != d_qk)
+    return fail(DSV4_STATUS_UNSUPPORTED, "plan: extra_cache layout %u has another head_dim_qk than %d",
+                o.extra_cache.layout, d_qk);
+  if (o.head_dim_v != kHeadDim) return fail(DSV4_STATUS_UNSUPPORTED, "plan: head_dim_v %d (512 only)", o.head_dim_v);
+  if (dtype_is(o.q_dtype, DSV4_DTYPE_CODE_FLOAT8_E4M3FN, 8)) {
+    const bool per_tensor = o.swa_cache.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR &&
+                            (o.extra_cache.layout == DSV4_KV_LAYOUT_NONE ||
+                             o.extra_cache.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR);
+    if (!per_tensor) return fail(DSV4_STATUS_UNSUPPORTED, "plan: e4m3 q needs the per-tensor FP8 layout");
+    if (!(o.q_scale > 0.0f && std::isfinite(o.q_scale)))
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: q_scale %g", static_cast<double>(o.q_scale));
+  } else if (!dtype_is(o.q_dtype, DSV4_DTYPE_CODE_BFLOAT, 16)) {
+    return fail(DSV4_STATUS_UNSUPPORTED, "plan: q dtype code %u bits %u (bf16 or e4m3)", o.q_dtype.code,
+                o.q_dtype.bits);
+  }
+  if (!std::isfinite(o.softmax_scale))
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: softmax_scale %g", static_cast<double>(o.softmax_scale));
+  if (o.max_tokens < 0) return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: max_tokens %d", o.max_tokens);
+
+  if (o.mode == DSV4_MODE_EXPLICIT) {
+    if (o.index_format != DSV4_INDEX_DENSE && o.index_format != DSV4_INDEX_CSR)
+      return fail(DSV4_STATUS_UNSUPPORTED, "plan: index_format %u", o.index_format);
+    if (o.topk < 0 || o.extra_topk < 0)
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: topk %d, extra_topk %d", o.topk, o.extra_topk);
+    p->width[0] = o.topk;
+    p->width[1] = o.extra_cache.layout == DSV4_KV_LAYOUT_NONE ? 0 : o.extra_topk;
+    return DSV4_STATUS_OK;
+  }
+  if (o.window < 1) return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: window %d", o.window);
+  if (o.compress_ratio > 1 && o.compress_ratio != kC4Ratio && o.compress_ratio != kC128Ratio)
+    return fail(DSV4_STATUS_UNSUPPORTED, "plan: compress_ratio %d (1, 4 or 128)", o.compress_ratio);
+  if (o.compress_ratio == kC4Ratio && o.index_topk < 1)
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: index_topk %d", o.index_topk);
+  if (o.compress_ratio == kC128Ratio && o.max_model_len < 1)
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: max_model_len %lld", static_cast<long long>(o.max_model_len));
+  if (o.compress_ratio > 1 && o.extra_cache.layout == DSV4_KV_LAYOUT_NONE)
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: compress_ratio %d without an extra_cache", o.compress_ratio);
+  const int64_t cw = paged_cmp_width(o.compress_ratio, o.index_topk, o.max_model_len);
+  if (cw > (1 << 24)) return fail(DSV4_STATUS_UNSUPPORTED, "plan: compressed width %lld", static_cast<long long>(cw));
+  p->width[0] = o.window;
+  p->width[1] = static_cast<int>(cw);
+  p->lists_bytes = paged_workspace(o.max_tokens, o.window, cw).total;
+  return DSV4_STATUS_OK;
+}
+
+// Head tiling and shared memory: the most heads per CTA (up to 64) that the device's shared memory
+// allows; fewer heads than 16 per tile are computed as a padded tile (no memory traffic for them).
+dsv4_status size_plan(plan* p) {
+  const dsv4_plan_options& o = p->options;
+  int tiles = std::min(kMaxHeadTiles, (o.num_heads + kMmaRows - 1) / kMmaRows);
+  if (tiles == 3) tiles = 4;
+  // DSV4_CUDA_CHUNK=32 forces the small-chunk variant (tests run it on large-memory GPUs).
+  const char* env = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_CHUNK") : nullptr;
+  const bool force_small = env != nullptr && std::atoi(env) == kSmallChunkKeys;
+  int chunk = kChunkKeys;
+  for (; tiles >= 1 && !force_small; tiles /= 2) {
+    p->stage_bytes = attention_stage_bytes(o.swa_cache.layout, o.extra_cache.layout, chunk);
+    if (attention_smem_bytes(tiles, o.head_dim_qk, p->stage_bytes, chunk) <= p->ctx->smem_optin) break;
+  }
+  if (force_small || tiles < 1) {  // 16-head tiles over 32-key chunks (about 75 KB)
+    tiles = 1;
+    chunk = kSmallChunkKeys;
+    p->stage_bytes = attention_stage_bytes(o.swa_cache.layout, o.extra_cache.layout, chunk);
+    if (attention_smem_bytes(tiles, o.head_dim_qk, p->stage_bytes, chunk) > p->ctx->smem_optin)
+      return fail(DSV4_STATUS_UNSUPPORTED, "plan: device shared memory %zu bytes is too small", p->ctx->smem_optin);
+  }
+  p->head_tiles = tiles;
+  p->chunk_keys = chunk;
+  p->smem_bytes = attention_smem_bytes(tiles, o.head_dim_qk, p->stage_bytes, chunk);
+  p->head_groups = (o.num_heads + tiles * kMmaRows - 1) / (tiles * kMmaRows);
+  p->chunks[0] = (p->width[0] + chunk - 1) / chunk;
+  p->chunks[1] = (p->width[1] + chunk - 1) / chunk;
+  const cudaError_t err = attention_configure(tiles, chunk, p->smem_bytes);
+  if (err != cudaSuccess) return cuda_fail(err, "plan: cudaFuncSetAttribute");
+  p->ctas_per_sm = attention_ctas_per_sm(tiles, chunk, o.head_dim_qk, p->smem_bytes);
+  // Partials: the largest tokens x splits over every T <= max_tokens that uses more than one split.
+  size_t rows = 0;
+  const int64_t t_max = std::min<int64_t>(o.max_tokens, 4LL * p->ctx->sm_count * p->ctas_per_sm);
+  for (int64_t t = 1; t <= t_max; ++t) {
+    const split_plan s = choose_splits(*p, t);
+    if (s.splits > 1) rows = std::max(rows, static_cast<size_t>(t) * static_cast<size_t>(s.splits));
+  }
+  p->partial_rows = rows;
+  p->workspace_bytes = align_up(p->lists_bytes);
+  if (rows > 0) p->workspace_bytes += partial_bytes_o(rows, o.num_heads) + partial_bytes_ml(rows, o.num_heads);
+  // The caller's workspace need not be aligned: keep room to align its start to kAlign.
+  if (p->workspace_bytes > 0) p->workspace_bytes += kAlign;
+  std::snprintf(p->kernel, sizeof p->kernel, "cuda-mma-bf16-h%d-k%d/%s", tiles * kMmaRows, chunk,
+                o.mode == DSV4_MODE_PAGED ? "paged" : "explicit");
+  return DSV4_STATUS_OK;
+}
+
+bool aligned16(const dsv4_mod_cache& c) {
+  return c.base == nullptr ||
+         (reinterpret_cast<uintptr_t>(c.base) % 16 == 0 && c.block_stride_bytes % 16 == 0);
+}
+
+float cache_value_scale(const dsv4_mod_cache& c) {
+  return c.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR ? c.kv_scale : 1.0f;
+}
+
+dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
+  const dsv4_plan_options& o = p.options;
+  if (run.num_tokens <= 0) return DSV4_STATUS_OK;
+  if (run.num_tokens > o.max_tokens)
+    return fail(DSV4_STATUS_PLAN_MISMATCH, "run: %d tokens, plan capacity %d", run.num_tokens, o.max_tokens);
+  if (run.workspace_bytes < p.workspace_bytes || (p.workspace_bytes > 0 && run.workspace == nullptr))
+    return fail(DSV4_STATUS_WORKSPACE_TOO_SMALL, "run: workspace of %zu bytes, plan needs %zu", run.workspace_bytes,
+                p.workspace_bytes);
+  device_scope scope(p.ctx->device);
+  if (scope.status() != cudaSuccess) return cuda_fail(scope.status(), "run: cudaSetDevice");
+  cudaStream_t stream = static_cast<cudaStream_t>(run.stream);
+  uint8_t* ws = static_cast<uint8_t*>(run.workspace);
+  if (ws != nullptr) ws += (kAlign - reinterpret_cast<uintptr_t>(ws) % kAlign) % kAlign;
+
+  attention_params a{};
+  a.num_tokens = run.num_tokens;
+  a.seq_q = run.seq_q > 0 ? run.seq_q : 1;
+  a.num_heads = o.num_heads;
+  a.head_dim_qk = o.head_dim_qk;
+  a.head_tiles = p.head_tiles;
+  a.head_groups = p.head_groups;
+  a.chunk_keys = p.chunk_keys;
+  a.chunks[0] = p.chunks[0];
+  a.chunks[1] = p.chunks[1];
+  a.width[0] = p.width[0];
+  a.width[1] = p.width[1];
+  a.q_is_fp8 = dtype_is(o.q_dtype, DSV4_DTYPE_CODE_FLOAT8_E4M3FN, 8) ? 1 : 0;
+  a.q = run.q;
+  a.out = run.out;
+  a.lse = run.lse;
+  a.max_logits = run.max_logits;
+  a.cache[0] = run.swa_cache;
+  a.cache[1] = run.extra_cache;
+  a.aligned16 = aligned16(run.swa_cache) && aligned16(run.extra_cache) ? 1 : 0;
+  const float q_scale = a.q_is_fp8 ? o.q_scale : 1.0f;
+  for (int i = 0; i < 2; ++i) {
+    a.value_scale[i] = cache_value_scale(a.cache[i]);
+    a.logit_scale_log2[i] = o.softmax_scale * q_scale * a.value_scale[i] * 1.4426950408889634f;
+  }
+  a.stage_bytes = static_cast<int32_t>(p.stage_bytes);
+  a.q_aligned16 = !a.q_is_fp8 && reinterpret_cast<uintptr_t>(run.q.data) % 16 == 0 && run.q.stride_b % 8 == 0 &&
+                  run.q.stride_s % 8 == 0 && run.q.stride_h % 8 == 0;
+  a.out_aligned16 = reinterpret_cast<uintptr_t>(run.out.data) % 16 == 0 && run.out.stride_b % 8 == 0 &&
+                    run.out.stride_s % 8 == 0 && run.out.stride_h % 8 == 0;
+  a.attn_sink = run.attn_sink;
+
+  if (o.mode == DSV4_MODE_EXPLICIT) {
+    a.list[0] = run.main_list;
+    a.list[1] = run.extra_list;
+  } else {
+    // Paged: build the lists on the device (paged_index.h), then attend to them as explicit lists.
+    const int64_t cw = p.width[1];
+    const paged_workspace_layout wl = paged_workspace(o.max_tokens, o.window, cw);
+    paged_build_params b{};
+    b.geometry.ratio = o.compress_ratio;
+    b.geometry.window = o.window;
+    b.geometry.swa_block_size = run.swa_cache.block_size;
+    b.geometry.cmp_block_size = run.extra_cache.base != nullptr ? run.extra_cache.block_size : 1;
+    b.geometry.cmp_width = static_cast<int32_t>(cw);
+    b.geometry.decode_threshold = o.decode_threshold;
+    b.capacity.swa = run.swa_cache.num_blocks * run.swa_cache.block_size;
+    b.capacity.cmp = run.extra_cache.base != nullptr ? run.extra_cache.num_blocks * run.extra_cache.block_size : 0;
+    b.batch = run.paged;
+    b.num_tokens = run.num_tokens;
+    b.swa_indices = reinterpret_cast<int32_t*>(ws + wl.swa_indices);
+    b.swa_lengths = reinterpret_cast<int32_t*>(ws + wl.swa_lengths);
+    b.cmp_indices = cw > 0 ? reinterpret_cast<int32_t*>(ws + wl.cmp_indices) : nullptr;
+    b.cmp_lengths = reinterpret_cast<int32_t*>(ws + wl.cmp_lengths);
+    const cudaError_t err = paged_build_launch(b, stream);
+    if (err != cudaSuccess) return cuda_fail(err, "run: paged list builder launch");
+    const int64_t s = a.seq_q;
+    for (int i = 0; i < 2; ++i) {
+      dsv4_mod_index_list& l = a.list[i];
+      const int64_t w = i == 0 ? o.window : cw;
+      l = dsv4_mod_index_list{};
+      if (w == 0) continue;
+      l.indices = i == 0 ? b.swa_indices : b.cmp_indices;
+      l.format = DSV4_INDEX_DENSE;
+      l.width = static_cast<int32_t>(w);
+      l.stride_b = s * w;
+      l.stride_s = w;
+      l.stride_k = 1;
+      l.lengths = i == 0 ? b.swa_lengths : b.cmp_lengths;
+      l.len_stride_b = s;
+      l.len_stride_s = 1;
+    }
+  }
+
+  const split_plan sp = choose_splits(p, run.num_tokens);
+  a.num_splits = sp.splits;
+  a.chunks_per_split = sp.chunks_per_split;
+  if (sp.splits > 1) {
+    const size_t rows = static_cast<size_t>(run.num_tokens) * static_cast<size_t>(sp.splits);
+    if (rows > p.partial_rows)
+      return fail(DSV4_STATUS_INTERNAL, "run: %zu partial rows exceed the plan's %zu", rows, p.partial_rows);
+    uint8_t* part = ws + align_up(p.lists_bytes);
+    a.partial_o = reinterpret_cast<float*>(part);
+    a.partial_ml = reinterpret_cast<float*>(part + partial_bytes_o(p.partial_rows, o.num_heads));
+  }
+  const cudaError_t err = attention_launch(a, p.smem_bytes, stream);
+  if (err != cudaSuccess) return cuda_fail(err, "run: attention launch");
+  return DSV4_STATUS_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ABI slots
+// ---------------------------------------------------------------------------------------------
+dsv4_status slot_probe(int32_t* out_score, int32_t* out_device_count, char* reason, size_t capacity) {
+  return guarded("probe", [&] {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    int32_t score = 0;
+    if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice || err != cudaSuccess) {
+      const char* what = err == cudaErrorNoDevice ? "no CUDA device" : "no CUDA driver";
+      if (reason != nullptr && capacity > 0) std::snprintf(reason, capacity, "%s: %s", what, cudaGetErrorName(err));
+      count = 0;
+    } else if (count == 0) {
+      if (reason != nullptr && capacity > 0) std::snprintf(reason, capacity, "no CUDA device");
+    } else {
+      score = 100;
+      if (reason != nullptr && capacity > 0) std::snprintf(reason, capacity, "ok: %d device(s)", count);
+    }
+    if (out_score != nullptr) *out_score = score;
+    if (out_device_count != nullptr) *out_device_count = count;
+    return DSV4_STATUS_OK;
+  });
+}
+
+dsv4_status slot_get_device_info(int32_t index, dsv4_device_info* out_info) {
+  return guarded("get_device_info", [&] {
+    if (out_info == nullptr) return fail(DSV4_STATUS_INVALID_ARGUMENT, "get_device_info: out_info is NULL");
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) return cuda_fail(err, "get_device_info: cudaGetDeviceCount");
+    if (index < 0 || index >= count)
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "get_device_info: device %d of %d", index, count);
+    cudaDeviceProp prop;
+    err = cudaGetDeviceProperties(&prop, index);
+    if (err != cudaSuccess) return cuda_fail(err, "get_device_info: cudaGetDeviceProperties");
+    const uint32_t size = out_info->struct_size != 0 ? out_info->struct_size : sizeof(dsv4_device_info);
+    dsv4_device_info info{};
+    info.struct_size = size;
+    info.device_type = DSV4_DEVICE_CUDA;
+    info.device_id = index;
+    info.compute_units = prop.multiProcessorCount;
+    info.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, " (sm_%d%d)", prop.major, prop.minor);
+    const size_t keep = std::min(std::strlen(prop.name), sizeof info.name - 1 - std::strlen(suffix));
+    std::memcpy(info.name, prop.name, keep);
+    std::memcpy(info.name + keep, suffix, std::strlen(suffix) + 1);
+    std::memcpy(out_info, &info, std::min<size_t>(size, sizeof info));
+    return DSV4_STATUS_OK;
+  });
+}
+
+dsv4_status slot_ctx_create(const dsv4_mod_ctx_config* config, void** out_mctx) {
+  return guarded("ctx_create", [&] {
+    if (config == nullptr || out_mctx == nullptr)
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "ctx_create: config or out_mctx is NULL");
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) return cuda_fail(err, "ctx_create: cudaGetDeviceCount");
+    if (config->device_id < 0 || config->device_id >= count)
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "ctx_create: device_id %d of %d CUDA devices", config->device_id,
+                  count);
+    auto ctx = std::make_unique<context>();
+    ctx->device = config->device_id;
+    cudaDeviceProp prop;
+    err = cudaGetDeviceProperties(&prop, ctx->device);
+    if (err != cudaSuccess) return cuda_fail(err, "ctx_create: cudaGetDeviceProperties");
+    if (prop.major < 8)
+      return fail(DSV4_STATUS_UNSUPPORTED, "ctx_create: %s is sm_%d%d; the CUDA backend needs sm_80 or newer",
+                  prop.name, prop.major, prop.minor);
+    ctx->sm_count = prop.multiProcessorCount;
+    ctx->smem_optin = prop.sharedMemPerBlockOptin;
+    ctx->cc_major = prop.major;
+    ctx->cc_minor = prop.minor;
+    log_debug("context on device %d: %s, %d SMs, %zu B shared memory per block", ctx->device, prop.name,
+              ctx->sm_count, ctx->smem_optin);
+    *out_mctx = ctx.release();
+    return DSV4_STATUS_OK;
+  });
+}
+
+void slot_ctx_destroy(void* mctx) { delete static_cast<context*>(mctx); }
+
+dsv4_status slot_plan_create(void* mctx, const dsv4_plan_options* options, void** out_mplan) {
+  return guarded("plan_create", [&] {
+    if (mctx == nullptr || options == nullptr || out_mplan == nullptr)
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan_create: NULL argument");
+    auto p = std::make_unique<plan>();
+    p->ctx = static_cast<const context*>(mctx);
+    std::memcpy(&p->options, options, std::min<size_t>(options->struct_size, sizeof p->options));
+    p->options.struct_size = sizeof p->options;
+    if (p->options.softmax_scale == 0.0f)
+      p->options.softmax_scale = 1.0f / std::sqrt(static_cast<float>(p->options.head_dim_qk));
+    dsv4_status st = check_plan(p.get());
+    if (st != DSV4_STATUS_OK) return st;
+    device_scope scope(p->ctx->device);
+    if (scope.status() != cudaSuccess) return cuda_fail(scope.status(), "plan_create: cudaSetDevice");
+    st = size_plan(p.get());
+    if (st != DSV4_STATUS_OK) return st;
+    log_debug("plan: %s, %d heads in %d group(s), lists %d + %d, %zu B shared, workspace %zu B", p->kernel,
+              p->options.num_heads, p->head_groups, p->width[0], p->width[1], p->smem_bytes, p->workspace_bytes);
+    *out_mplan = p.release();
+    return DSV4_STATUS_OK;
+  });
+}
+
+void slot_plan_destroy(void* mplan) { delete static_cast<plan*>(mplan); }
+
+dsv4_status slot_plan_get_workspace_size(const void* mplan, size_t* out_bytes) {
+  if (mplan == nullptr || out_bytes == nullptr)
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan_get_workspace_size: NULL argument");
+  *out_bytes = static_cast<const plan*>(mplan)->workspace_bytes;
+  return DSV4_STATUS_OK;
+}
+
+dsv4_status slot_plan_get_kernel_name(const void* mplan, char* buffer, size_t capacity) {
+  if (mplan == nullptr || buffer == nullptr || capacity == 0)
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan_get_kernel_name: NULL argument");
+  std::snprintf(buffer, capacity, "%s", static_cast<const plan*>(mplan)->kernel);
+  return DSV4_STATUS_OK;
+}
+
+dsv4_status slot_run(const void* mplan, const dsv4_mod_run* run) {
+  return guarded("run", [&] {
+    if (mplan == nullptr || run == nullptr) return fail(DSV4_STATUS_INVALID_ARGUMENT, "run: NULL argument");
+    if (run->struct_size < sizeof(dsv4_mod_run))
+      return fail(DSV4_STATUS_ABI_MISMATCH, "run: dsv4_mod_run of %u bytes, need %zu", run->struct_size,
+                  sizeof(dsv4_mod_run));
+    const plan* p = static_cast<const plan*>(mplan);
+    if (run->mode != p->options.mode)
+      return fail(DSV4_STATUS_PLAN_MISMATCH, "run: mode %u, plan has %u", run->mode, p->options.mode);
+    return run_plan(*p, *run);
+  });
+}
+
+dsv4_status slot_kv_write(void* mctx, const dsv4_mod_kv_write* write) {
+  return guarded("kv_write", [&] {
+    if (mctx == nullptr || write == nullptr) return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: NULL argument");
+    if (write->struct_size < sizeof(dsv4_mod_kv_write))
+      return fail(DSV4_STATUS_ABI_MISMATCH, "kv_write: dsv4_mod_kv_write of %u bytes, need %zu",
+                  write->struct_size, sizeof(dsv4_mod_kv_write));
+    if (!layout_is_known(write->cache.layout))
+      return fail(DSV4_STATUS_UNSUPPORTED, "kv_write: layout %u", write->cache.layout);
+    if (write->dim != layout_head_dim_qk(write->cache.layout))
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: dim %d, layout %u holds %d", write->dim,
+                  write->cache.layout, layout_head_dim_qk(write->cache.layout));
+    if (write->cache.block_size < 1) return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: block_size %d",
+                                                 write->cache.block_size);
+    const context* ctx = static_cast<const context*>(mctx);
+    device_scope scope(ctx->device);
+    if (scope.status() != cudaSuccess) return cuda_fail(scope.status(), "kv_write: cudaSetDevice");
+    const cudaError_t err = kv_write_launch(*write, static_cast<cudaStream_t>(write->stream));
+    if (err != cudaSuccess) return cuda_fail(err, "kv_write: launch");
+    return DSV4_STATUS_OK;
+  });
+}
+
+// Paged plans: the lists a run would build, in an engine's format (FlashMLA dense, CSR, FlashInfer).
+// Batch values live on the device and are not validated here (that would need a synchronisation);
+// the builders never read out of bounds and turn malformed entries into -1.
+dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch, const dsv4_mod_export* exp) {
+  return guarded("export_indices", [&] {
+    if (mplan == nullptr || batch == nullptr || exp == nullptr || exp->plan == nullptr)
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: NULL argument");
+    if (exp->struct_size < sizeof(dsv4_mod_export))
+      return fail(DSV4_STATUS_ABI_MISMATCH, "export_indices: dsv4_mod_export of %u bytes", exp->struct_size);
+    const plan* p = static_cast<const plan*>(mplan);
+    const dsv4_plan_options& o = *exp->plan;
+    if (o.mode != DSV4_MODE_PAGED) return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: not a paged plan");
+    export_params e{};
+    e.geometry.ratio = o.compress_ratio > 1 ? o.compress_ratio : 1;
+    e.geometry.window = o.window;
+    e.geometry.swa_block_size = batch->swa_cache.block_size;
+    e.geometry.cmp_block_size = e.geometry.ratio > 1 ? batch->extra_cache.block_size : 1;
+    e.geometry.cmp_width = static_cast<int32_t>(paged_cmp_width(o.compress_ratio, o.index_topk, o.max_model_len));
+    e.geometry.decode_threshold = o.decode_threshold;
+    e.capacity.swa = batch->swa_cache.base != nullptr ? batch->swa_cache.num_blocks * batch->swa_cache.block_size : 0;
+    e.capacity.cmp =
+        batch->extra_cache.base != nullptr ? batch->extra_cache.num_blocks * batch->extra_cache.block_size : 0;
+    e.batch = batch->paged;
+    e.num_tokens = batch->num_tokens;
+    e.format = exp->format;
+    e.swa = exp->swa;
+    e.cmp = exp->cmp;
+    e.combined = exp->combined;
+    if (e.format != DSV4_EXPORT_FLASHMLA && e.format != DSV4_EXPORT_CSR && e.format != DSV4_EXPORT_FLASHINFER)
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: unknown format %u", e.format);
+    if (e.format == DSV4_EXPORT_FLASHINFER && e.combined.col_stride != 1)
+      return fail(DSV4_STATUS_UNSUPPORTED, "export_indices: combined_indices needs a contiguous last dimension");
+    if (e.format == DSV4_EXPORT_CSR) {
+      if (e.swa.indptr == nullptr || (e.cmp.indices != nullptr && e.cmp.indptr == nullptr))
+        return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: CSR needs indptr arrays");
+      if (e.geometry.window + static_cast<int64_t>(e.geometry.cmp_width) > kExportMaxCsrWidth)
+        return fail(DSV4_STATUS_UNSUPPORTED, "export_indices: CSR lists wider than %lld entries",
+                    static_cast<long long>(kExportMaxCsrWidth));
+    }
+    device_scope scope(p->ctx->device);
+    if (scope.status() != cudaSuccess) return cuda_fail(scope.status(), "export_indices: cudaSetDevice");
+    const cudaError_t err = export_launch(e, static_cast<cudaStream_t>(exp->stream));
+    if (err != cudaSuccess) return cuda_fail(err, "export_indices: launch");
+    return DSV4_STATUS_OK;
+  });
+}
+
+const dsv4_backend_iface g_iface = {
+    sizeof(dsv4_backend_iface),
+    DSV4_MODULE_ABI_VERSION,
+    "cuda",
+    "0.1.0 (cuda-mma-bf16)",
+    DSV4_DEVICE_CUDA,
+    0,
+    slot_probe,
+    slot_get_device_info,
+    slot_ctx_create,
+    slot_ctx_destroy,
+    slot_plan_create,
+    slot_plan_destroy,
+    slot_plan_get_workspace_size,
+    slot_plan_get_kernel_name,
+    slot_run,
+    slot_kv_write,
+    slot_export_indices,
+};
+
+}  // namespace
+}  // namespace cuda
+}  // namespace dsv4
+
+extern "C" DSV4_MODULE_EXPORT dsv4_status dsv4_backend_entry(uint32_t* inout_abi_version,
+                                                             const dsv4_host_services* host,
+                                                             const dsv4_backend_iface** out_iface) {
+  if (inout_abi_version == nullptr || out_iface == nullptr) return DSV4_STATUS_INVALID_ARGUMENT;
+  if (host == nullptr || host->struct_size < sizeof(dsv4_host_services)) return DSV4_STATUS_ABI_MISMATCH;
+  const uint32_t host_version = *inout_abi_version;
+  if ((host_version >> 16) != DSV4_MODULE_ABI_MAJOR) {
+    if (host->set_error != nullptr) {
+      char message[128];
+      std::snprintf(message, sizeof message, "cuda: module ABI major %u, host speaks %u", DSV4_MODULE_ABI_MAJOR,
+                    host_version >> 16);
+      host->set_error(message);
+    }
+    return DSV4_STATUS_ABI_MISMATCH;
+  }
+  *inout_abi_version = std::min<uint32_t>(host_version, DSV4_MODULE_ABI_VERSION);
+  dsv4::cuda::g_host = host;
+  *out_iface = &dsv4::cuda::g_iface;
+  return DSV4_STATUS_OK;
+}

@@ -1,0 +1,389 @@
+// GPU benchmark of the CUDA backend (module ABI, no libdsv4 needed): FlashMLA's DeepSeek-V4 decode
+// cases CONFIG1-4 (s_q 2, SWA list 128 on 256-token pages + extra list 512/1024 on 64/2-entry
+// blocks, 16384 keys per scope, sink on) at b = 2..256, the same with 8/16/32 heads and with the
+// bf16 cache, the plain-PyTorch comparison shapes, and sparse prefill (s_q 4096). Each timing:
+// CUDA events around one dsv4 run (list build / attention / combine), L2 flushed before each rep,
+// warm-up, median of 25. Also measures the device's copy bandwidth and cuBLAS bf16 GEMM rate.
+// Usage: bench_cuda <libdsv4-cuda.so> [filter]
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "cuda_harness.h"
+
+using namespace dsv4cudatest;
+
+namespace {
+
+struct bench_case {
+  std::string name;
+  int heads = 64;
+  int batch = 2;
+  int seq_q = 2;
+  uint32_t layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+  int main_block = 256;
+  int topk = 128;
+  int extra_block = 64;
+  int extra_topk = 512;          // 0 = no extra list
+  bool extra_lengths = false;    // per-batch-row random extra lengths (CONFIG3/4)
+  int64_t keys_per_scope = 16384;
+  bool prefill = false;          // one scope of keys_per_scope keys shared by all T = seq_q tokens
+  bool small_chunk = false;      // DSV4_CUDA_CHUNK=32 (16-head tiles, 32-key chunks, ~75 KB smem)
+};
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Fills a device cache of `blocks` blocks by tiling a host-quantised pool of blocks.
+dbuf make_cache(const host_cache& pool, int64_t blocks) {
+  dbuf d(static_cast<size_t>(blocks * pool.stride));
+  const int64_t pool_blocks = pool.num_blocks;
+  for (int64_t b = 0; b < blocks; b += pool_blocks) {
+    const int64_t n = std::min(pool_blocks, blocks - b);
+    CUDA_OK(cudaMemcpy(static_cast<uint8_t*>(d.p) + b * pool.stride, pool.bytes.data(),
+                       static_cast<size_t>(n * pool.stride), cudaMemcpyHostToDevice));
+  }
+  return d;
+}
+
+struct ceilings {
+  double copy_gbs = 0;
+  double gemm_tflops = 0;
+};
+
+ceilings measure_ceilings() {
+  ceilings c;
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  {
+    const size_t bytes = size_t(2) << 30;
+    dbuf a(bytes), b(bytes);
+    CUDA_OK(cudaMemset(a.p, 1, bytes));
+    std::vector<float> t;
+    for (int i = 0; i < 12; ++i) {
+      CUDA_OK(cudaEventRecord(e0));
+      CUDA_OK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice));
+      CUDA_OK(cudaEventRecord(e1));
+      CUDA_OK(cudaEventSynchronize(e1));
+      float ms;
+      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i >= 2) t.push_back(ms);
+    }
+    c.copy_gbs = 2.0 * bytes / (median(t) * 1e-3) / 1e9;
+  }
+  {
+    const int n = 8192;
+    dbuf a(size_t(n) * n * 2), b(size_t(n) * n * 2), d(size_t(n) * n * 2);
+    std::vector<uint16_t> h(size_t(n) * n);
+    std::mt19937_64 rng(1);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (auto& x : h) x = dsv4::f32_to_bf16(nd(rng));
+    a.upload(h);
+    b.upload(h);
+    cublasHandle_t handle;
+    if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate");
+    const float alpha = 1.f, beta = 0.f;
+    std::vector<float> t;
+    for (int i = 0; i < 10; ++i) {
+      CUDA_OK(cudaEventRecord(e0));
+      cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.p, CUDA_R_16BF, n, b.p, CUDA_R_16BF, n,
+                   &beta, d.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      CUDA_OK(cudaEventRecord(e1));
+      CUDA_OK(cudaEventSynchronize(e1));
+      float ms;
+      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i >= 2) t.push_back(ms);
+    }
+    cublasDestroy(handle);
+    c.gemm_tflops = 2.0 * n * n * double(n) / (median(t) * 1e-3) / 1e12;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return c;
+}
+
+struct result {
+  float us;
+  double tflops, gbs_flashmla, gbs_gathered;
+};
+
+result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64& rng, dbuf& flush) {
+  const int T = c.batch * c.seq_q;
+  const int H = c.heads;
+  const bool extra = c.extra_topk > 0;
+  const int scopes = c.prefill ? 1 : c.batch;
+  // Pools of quantised blocks (random rows), tiled over the caches.
+  host_cache main_pool, extra_pool;
+  main_pool.init(c.layout, c.main_block, std::min<int64_t>(16384, c.keys_per_scope), 0, 1.0f, rng);
+  const int64_t main_blocks = scopes * ((c.keys_per_scope + c.main_block - 1) / c.main_block);
+  dbuf d_main = make_cache(main_pool, main_blocks);
+  dbuf d_extra;
+  int64_t extra_blocks = 0;
+  if (extra) {
+    extra_pool.init(c.layout, c.extra_block, 16384, 0, 1.0f, rng);
+    extra_blocks = scopes * ((c.keys_per_scope + c.extra_block - 1) / c.extra_block);
+    d_extra = make_cache(extra_pool, extra_blocks);
+  }
+  // Indices: random keys of the token's scope, through a random block permutation.
+  auto make_indices = [&](int width, int block, int64_t blocks, std::vector<int32_t>* out) {
+    std::vector<int32_t> perm(blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    const int64_t per_scope = blocks / scopes;
+    std::uniform_int_distribution<int64_t> key(0, c.keys_per_scope - 1);
+    out->resize(static_cast<size_t>(T) * width);
+    for (int t = 0; t < T; ++t) {
+      const int64_t scope = c.prefill ? 0 : t / c.seq_q;
+      for (int i = 0; i < width; ++i) {
+        const int64_t k = key(rng);
+        const int64_t blk = perm[scope * per_scope + k / block];
+        (*out)[static_cast<size_t>(t) * width + i] = static_cast<int32_t>(blk * block + k % block);
+      }
+    }
+  };
+  std::vector<int32_t> main_idx, extra_idx, extra_len;
+  make_indices(c.topk, c.main_block, main_blocks, &main_idx);
+  int64_t attended = static_cast<int64_t>(T) * c.topk;
+  if (extra) {
+    make_indices(c.extra_topk, c.extra_block, extra_blocks, &extra_idx);
+    if (c.extra_lengths) {
+      extra_len.resize(c.batch);
+      for (auto& l : extra_len) l = static_cast<int32_t>(rng() % (c.extra_topk + 1));
+      for (int t = 0; t < T; ++t) attended += extra_len[t / c.seq_q];
+    } else {
+      attended += static_cast<int64_t>(T) * c.extra_topk;
+    }
+  }
+  const int dqk = dsv4::layout_head_dim_qk(c.layout);
+  std::vector<uint16_t> q(static_cast<size_t>(T) * H * dqk);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& x : q) x = dsv4::f32_to_bf16(std::fmax(-1.f, std::fmin(1.f, nd(rng))));
+  std::vector<float> sink(H);
+  for (auto& s : sink) s = nd(rng);
+
+  dsv4_plan_options o{};
+  o.struct_size = sizeof o;
+  o.mode = DSV4_MODE_EXPLICIT;
+  o.num_heads = H;
+  o.head_dim_qk = dqk;
+  o.head_dim_v = 512;
+  o.softmax_scale = 1.0f / std::sqrt(static_cast<float>(dqk));
+  o.q_dtype = dsv4_dtype{DSV4_DTYPE_CODE_BFLOAT, 16, 1};
+  o.q_scale = 1.0f;
+  o.max_tokens = T;
+  o.swa_cache = main_pool.desc();
+  if (extra) o.extra_cache = extra_pool.desc();
+  o.index_format = DSV4_INDEX_DENSE;
+  o.topk = c.topk;
+  o.extra_topk = c.extra_topk;
+  void* plan = nullptr;
+  if (c.small_chunk) setenv("DSV4_CUDA_CHUNK", "32", 1);
+  const dsv4_status plan_status = m.iface->plan_create(ctx, &o, &plan);
+  unsetenv("DSV4_CUDA_CHUNK");
+  DSV4_OK(plan_status);
+  size_t ws_bytes = 0;
+  DSV4_OK(m.iface->plan_get_workspace_size(plan, &ws_bytes));
+
+  dbuf d_q(q.size() * 2), d_sink(H * 4), d_out(static_cast<size_t>(T) * H * 512 * 2), d_lse(static_cast<size_t>(T) * H * 4),
+      d_mi(main_idx.size() * 4), d_ei(std::max<size_t>(1, extra_idx.size()) * 4), d_el(std::max<size_t>(1, extra_len.size()) * 4),
+      d_ws(ws_bytes);
+  d_q.upload(q);
+  d_sink.upload(sink);
+  d_mi.upload(main_idx);
+  if (extra) d_ei.upload(extra_idx);
+  if (!extra_len.empty()) d_el.upload(extra_len);
+
+  dsv4_mod_run r{};
+  r.struct_size = sizeof r;
+  r.mode = DSV4_MODE_EXPLICIT;
+  r.num_tokens = T;
+  r.seq_q = c.seq_q;
+  const int64_t qs = static_cast<int64_t>(H) * dqk;
+  r.q = dsv4_mod_token_view{d_q.p, c.seq_q * qs, qs, dqk};
+  r.out = dsv4_mod_token_view{d_out.p, static_cast<int64_t>(c.seq_q) * H * 512, static_cast<int64_t>(H) * 512, 512};
+  r.lse = dsv4_mod_token_view{d_lse.p, static_cast<int64_t>(c.seq_q) * H, H, 1};
+  r.swa_cache = main_pool.mod(d_main.p);
+  r.swa_cache.num_blocks = main_blocks;
+  if (extra) {
+    r.extra_cache = extra_pool.mod(d_extra.p);
+    r.extra_cache.num_blocks = extra_blocks;
+  }
+  r.attn_sink = d_sink.as<float>();
+  r.main_list.indices = d_mi.as<int32_t>();
+  r.main_list.format = DSV4_INDEX_DENSE;
+  r.main_list.width = c.topk;
+  r.main_list.stride_b = static_cast<int64_t>(c.seq_q) * c.topk;
+  r.main_list.stride_s = c.topk;
+  r.main_list.stride_k = 1;
+  if (extra) {
+    r.extra_list.indices = d_ei.as<int32_t>();
+    r.extra_list.format = DSV4_INDEX_DENSE;
+    r.extra_list.width = c.extra_topk;
+    r.extra_list.stride_b = static_cast<int64_t>(c.seq_q) * c.extra_topk;
+    r.extra_list.stride_s = c.extra_topk;
+    r.extra_list.stride_k = 1;
+    if (!extra_len.empty()) {
+      r.extra_list.lengths = d_el.as<int32_t>();
+      r.extra_list.len_stride_b = 1;
+      r.extra_list.len_stride_s = 0;
+    }
+  }
+  r.workspace = d_ws.p;
+  r.workspace_bytes = ws_bytes;
+
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) DSV4_OK(m.iface->run(plan, &r));
+  std::vector<float> times;
+  for (int i = 0; i < 25; ++i) {
+    CUDA_OK(cudaMemsetAsync(flush.p, i & 0xff, flush.bytes));  // evict the L2
+    CUDA_OK(cudaEventRecord(e0));
+    DSV4_OK(m.iface->run(plan, &r));
+    CUDA_OK(cudaEventRecord(e1));
+    CUDA_OK(cudaEventSynchronize(e1));
+    float ms;
+    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+    times.push_back(ms);
+  }
+  CUDA_OK(cudaGetLastError());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  m.iface->plan_destroy(plan);
+
+  result res;
+  res.us = median(times) * 1000.0f;
+  const double secs = res.us * 1e-6;
+  res.tflops = 2.0 * H * static_cast<double>(attended) * (512 + 512) / secs / 1e12;
+  const double qo = static_cast<double>(T) * H * 512 * 2 * 2;
+  const double bpt = dsv4::layout_bytes_per_token(c.layout);
+  // FlashMLA style counts distinct rows x 576 B; the s_q tokens of a request here draw their own
+  // random rows, so attended rows are (almost all) distinct.
+  res.gbs_flashmla = (qo + static_cast<double>(attended) * 576) / secs / 1e9;
+  res.gbs_gathered = (qo + static_cast<double>(attended) * bpt) / secs / 1e9;
+  return res;
+}
+
+std::vector<bench_case> cases() {
+  std::vector<bench_case> v;
+  struct cfg {
+    const char* name;
+    int heads, extra_topk, extra_block;
+    bool lens;
+  };
+  const cfg configs[] = {{"CONFIG1", 64, 512, 64, false},
+                         {"CONFIG2", 128, 1024, 64, false},
+                         {"CONFIG3", 64, 1024, 2, true},
+                         {"CONFIG4", 128, 1024, 2, true}};
+  for (const cfg& k : configs) {
+    for (int b : {2, 64, 128, 256}) {
+      bench_case c;
+      c.name = std::string(k.name) + " b=" + std::to_string(b);
+      c.heads = k.heads;
+      c.batch = b;
+      c.extra_topk = k.extra_topk;
+      c.extra_block = k.extra_block;
+      c.extra_lengths = k.lens;
+      v.push_back(c);
+    }
+  }
+  // Small head counts (tensor parallel 8/4/2 of 64 heads) against 64 heads.
+  for (int h : {8, 16, 32, 64}) {
+    for (int b : {2, 64, 128}) {
+      bench_case c;
+      c.name = "CONFIG1 h" + std::to_string(h) + " b=" + std::to_string(b);
+      c.heads = h;
+      c.batch = b;
+      v.push_back(c);
+    }
+  }
+  // The small-shared-memory variant (what sm_86/89 get), forced on this GPU.
+  for (int h : {8, 16, 64}) {
+    for (int b : {2, 64, 128}) {
+      bench_case c;
+      c.name = "CONFIG1 h" + std::to_string(h) + " k32 b=" + std::to_string(b);
+      c.heads = h;
+      c.batch = b;
+      c.small_chunk = true;
+      v.push_back(c);
+    }
+  }
+  // bf16 cache, same decode shapes (and the plain-PyTorch comparison shapes: 640 / 1152 keys).
+  for (const cfg& k : configs) {
+    if (k.extra_block == 2) continue;
+    for (int b : {2, 64, 128}) {
+      bench_case c;
+      c.name = std::string(k.name) + " bf16 b=" + std::to_string(b);
+      c.layout = DSV4_KV_LAYOUT_BF16;
+      c.heads = k.heads;
+      c.batch = b;
+      c.extra_topk = k.extra_topk;
+      c.extra_block = k.extra_block;
+      v.push_back(c);
+    }
+  }
+  // Sparse prefill, bf16 KV (FlashMLA's flash_mla_sparse_fwd cases): s_q 4096 in one list.
+  for (int skv : {8192, 65536}) {
+    for (int hk : {0, 1}) {
+      bench_case c;
+      c.heads = hk ? 128 : 64;
+      c.topk = hk ? 1024 : 512;
+      c.name = "prefill h" + std::to_string(c.heads) + " topk " + std::to_string(c.topk) + " s_kv " + std::to_string(skv);
+      c.layout = DSV4_KV_LAYOUT_BF16;
+      c.prefill = true;
+      c.batch = 1;
+      c.seq_q = 4096;
+      c.main_block = 64;
+      c.extra_topk = 0;
+      c.keys_per_scope = skv;
+      v.push_back(c);
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s <libdsv4-cuda.so> [filter]\n", argv[0]);
+    return 2;
+  }
+  const std::string filter = argc > 2 ? argv[2] : "";
+  try {
+    module m(argv[1]);
+    if (!m.skip_reason.empty()) {
+      std::printf("skipped: %s\n", m.skip_reason.c_str());
+      return kSkip;
+    }
+    cudaDeviceProp prop;
+    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+    void* ctx = nullptr;
+    dsv4_mod_ctx_config cfg{sizeof(dsv4_mod_ctx_config), 0, 0, 0};
+    DSV4_OK(m.iface->ctx_create(&cfg, &ctx));
+    const ceilings ceil = measure_ceilings();
+    std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    std::printf("ceilings: copy %.0f GB/s (read + write), cuBLAS bf16 GEMM 8192^3 %.0f TFLOP/s\n", ceil.copy_gbs,
+                ceil.gemm_tflops);
+    std::printf("%-34s %10s %9s %11s %11s %8s %8s\n", "case", "us", "TFLOP/s", "GB/s(FMLA)", "GB/s(gath)",
+                "%copy", "%gemm");
+    dbuf flush(size_t(256) << 20);
+    std::mt19937_64 rng(12345);
+    for (const bench_case& c : cases()) {
+      if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+      const result r = run_case(m, ctx, c, rng, flush);
+      std::printf("%-34s %10.1f %9.1f %11.0f %11.0f %7.1f%% %7.1f%%\n", c.name.c_str(), r.us, r.tflops, r.gbs_flashmla,
+                  r.gbs_gathered, 100.0 * r.gbs_gathered / ceil.copy_gbs, 100.0 * r.tflops / ceil.gemm_tflops);
+      std::fflush(stdout);
+    }
+    m.iface->ctx_destroy(ctx);
+    return 0;
+  } catch (const std::exception& e) {
+    std::printf("FAIL: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Builds the CUDA backend, its tests and its benchmark on a GPU machine, runs them and leaves logs in
+# $OUT (default ./gpu-out). Usage: scripts/gpu/run_all.sh [test|bench|sanitize|cmake|all]...
+# Direct nvcc/g++ builds (no dependency on the rest of the tree building); `cmake` also builds the
+# whole project with CMake/Ninja and runs ctest (conformance on CUDA when GTest is present).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/gpu-out}
+ARCH=${DSV4_CUDA_ARCH:-90a}
+B=${BUILD:-/tmp/dsv4-gpu}
+mkdir -p "$OUT" "$B"
+export PATH=/usr/local/cuda/bin:$PATH
+STEPS=("$@")
+IFS=';' read -r -a PROFILE_FILTERS <<<"${PROFILE:-CONFIG1 b=64;prefill h64 topk 512 s_kv 8192}"
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(test bench)
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+
+build() {
+  [ -f "$B/.built" ] && return 0
+  log "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+  log "nvcc: $(nvcc --version | tail -1)"
+  local inc="-I$ROOT/include -I$ROOT/backends/include -I$ROOT/backends"
+  local t0=$SECONDS
+  nvcc -O2 -std=c++17 -gencode arch=compute_${ARCH},code=sm_${ARCH} -Xcompiler -fPIC,-fvisibility=hidden \
+    -Xptxas -v -shared $inc backends/cuda/module.cpp backends/cuda/attention.cu backends/cuda/paged_kv.cu \
+    -cudart static -o "$B/libdsv4-cuda.so" >"$OUT/build_module.log" 2>&1 || { cat "$OUT/build_module.log"; return 1; }
+  grep -E "registers|spill" "$OUT/build_module.log" | head -12
+  log "module built in $((SECONDS - t0)) s"
+  local cudalib="-L/usr/local/cuda/lib64 -lcudart_static -ldl -lpthread -lrt"
+  g++ -O2 -std=c++17 $inc -I$ROOT/tests/common -I/usr/local/cuda/include tests/cuda/test_cuda_attention.cpp \
+    tests/common/reference.cpp tests/common/reference_paged.cpp $cudalib -o "$B/test_cuda_attention" \
+    >"$OUT/build_test.log" 2>&1 || { cat "$OUT/build_test.log"; return 1; }
+  if [ -f bench/gpu/bench_cuda.cpp ]; then
+    g++ -O2 -std=c++17 $inc -I$ROOT/tests/common -I$ROOT/tests/cuda -I/usr/local/cuda/include bench/gpu/bench_cuda.cpp \
+      tests/common/reference.cpp $cudalib -lcublas -o "$B/bench_cuda" >"$OUT/build_bench.log" 2>&1 ||
+      { cat "$OUT/build_bench.log"; return 1; }
+  fi
+  touch "$B/.built"
+}
+
+for step in "${STEPS[@]}"; do
+  case $step in
+    test)
+      build || exit 1
+      log "test_cuda_attention"
+      "$B/test_cuda_attention" "$B/libdsv4-cuda.so" 2>&1 | tee "$OUT/test.log"
+      log "test rc=${PIPESTATUS[0]}"
+      ;;
+    sanitize)
+      build || exit 1
+      IFS=';' read -r -a SAN_FILTERS <<<"${SANITIZE_FILTER:-h16;csr-v4-h64}"
+      for tool in memcheck racecheck; do
+        for sf in "${SAN_FILTERS[@]}"; do
+          log "compute-sanitizer $tool ($sf)"
+          compute-sanitizer --tool $tool --error-exitcode 3 "$B/test_cuda_attention" "$B/libdsv4-cuda.so" "$sf" \
+            2>&1 | tail -6 | tee -a "$OUT/sanitize.log"
+          log "$tool rc=${PIPESTATUS[0]}"
+        done
+      done
+      ;;
+    bench)
+      build || exit 1
+      log "bench_cuda"
+      "$B/bench_cuda" "$B/libdsv4-cuda.so" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+      log "bench rc=${PIPESTATUS[0]}"
+      if [ -f bench/gpu/torch_baseline.py ]; then
+        log "torch_baseline"
+        PYTHONUNBUFFERED=1 python3 bench/gpu/torch_baseline.py 2>&1 | tee "$OUT/torch.log"
+      fi
+      ;;
+    profile)
+      build || exit 1
+      for f in "${PROFILE_FILTERS[@]:-CONFIG1 b=64}"; do
+        log "ncu: $f"
+        ncu --kernel-name regex:attention_kernel --launch-skip 3 --launch-count 1 --section SpeedOfLight \
+          --section WarpStateStats --section SchedulerStats --section Occupancy \
+          --metrics "regex:smsp__pcsamp_warps_issue_stalled_.*,smsp__inst_executed.sum,smsp__inst_executed_pipe_tensor.sum,smsp__inst_executed_op_ldsm.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed_pipe_xu.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum" \
+          "$B/bench_cuda" "$B/libdsv4-cuda.so" "$f" >"$OUT/ncu_$(echo "$f" | tr -c 'a-zA-Z0-9' _).log" 2>&1
+        grep -E "Duration|Compute .SM. Throughput|Eligible Warps|smsp__|l1tex__" \
+          "$OUT/ncu_$(echo "$f" | tr -c 'a-zA-Z0-9' _).log" | grep -v " 0$" | head -60
+      done
+      ;;
+    sass)
+      build || exit 1
+      f="${SASS_CASE:-CONFIG1 h8 b=128}"
+      log "ncu source: $f"
+      ncu --kernel-name regex:attention_kernel --launch-skip 3 --launch-count 1 --section SourceCounters \
+        --page source --print-source sass --csv "$B/bench_cuda" "$B/libdsv4-cuda.so" "$f" >"$OUT/sass.csv" 2>"$OUT/sass.err"
+      python3 scripts/gpu/top_sass.py "$OUT/sass.csv" 60
+      ;;
+    cmake)
+      log "cmake build ($(ls /usr/include/gtest >/dev/null 2>&1 && echo with || echo without) GTest)"
+      GT=OFF; ls /usr/include/gtest >/dev/null 2>&1 && GT=ON
+      cmake -S . -B "$B/cmake" -G Ninja -DDSV4_CUDA_ARCHITECTURES=${ARCH}-real -DDSV4_BUILD_TESTS=$GT \
+        -DDSV4_BUILD_EXAMPLES=OFF >"$OUT/cmake.log" 2>&1 && cmake --build "$B/cmake" -j16 >>"$OUT/cmake.log" 2>&1
+      log "cmake rc=$?"
+      tail -5 "$OUT/cmake.log"
+      if [ $GT = ON ]; then
+        (cd "$B/cmake" && DSV4_TEST_DEVICE=cuda ctest --output-on-failure -j4 2>&1 | tail -40 | tee "$OUT/ctest.log")
+      fi
+      ;;
+  esac
+done
+cat "$OUT/summary.txt"
