@@ -11,6 +11,11 @@
  * names the argument at fault, out-parameters and output tensors are left untouched. No function
  * aborts, exits or lets an exception escape. Go callers: read the message in the same cgo call.
  *
+ * Structs: every options/args/info struct starts with struct_size and only grows at its end. The
+ * dsv4_*_init(p) macros call the exported function dsv4_*_init(p, sizeof(*p)) with the size of the
+ * caller's header, so a newer library never writes past an older caller's struct (FFI callers pass
+ * the size they allocated). Output info structs: set struct_size = sizeof before the call.
+ *
  * Environment variables (read at dsv4_ctx_create / enumeration):
  * | variable             | effect                                                   | default  | setuid   |
  * |----------------------|----------------------------------------------------------|----------|----------|
@@ -70,7 +75,9 @@ typedef struct dsv4_ctx_options {
 } dsv4_ctx_options;
 
 /** Sets struct_size, api_version and defaults. Returns INVALID_ARGUMENT for NULL. */
-DSV4_API dsv4_status dsv4_ctx_options_init(dsv4_ctx_options* options);
+DSV4_API dsv4_status (dsv4_ctx_options_init)(dsv4_ctx_options* options,
+                                           size_t struct_size);
+#define dsv4_ctx_options_init(options) (dsv4_ctx_options_init)((options), sizeof(*(options)))
 
 /** Loads candidate modules, selects the backend (options.backend > DSV4_BACKEND > highest probe
  *  score among modules serving options.device.device_type) and opens the device. On success
@@ -126,7 +133,9 @@ typedef struct dsv4_ctx_info {
 DSV4_API dsv4_status dsv4_ctx_get_info(const dsv4_ctx* ctx, dsv4_ctx_info* out_info);
 
 /* ------------------------------------ KV layouts ----------------------------------------------- */
-DSV4_API dsv4_status dsv4_kv_layout_info_init(dsv4_kv_layout_info* info);
+DSV4_API dsv4_status (dsv4_kv_layout_info_init)(dsv4_kv_layout_info* info,
+                                           size_t struct_size);
+#define dsv4_kv_layout_info_init(info) (dsv4_kv_layout_info_init)((info), sizeof(*(info)))
 /** Byte geometry of `layout` for `block_size` entries per block. */
 DSV4_API dsv4_status dsv4_kv_layout_get_info(uint32_t layout, int32_t block_size,
                                              dsv4_kv_layout_info* out_info);
@@ -177,7 +186,9 @@ typedef struct dsv4_plan_options {
 
 /** Sets struct_size and defaults (explicit mode, 64 heads, d 512, bf16 q, FP8 584 B caches with
  *  64-entry blocks, no extra cache, dense indices, topk 128). */
-DSV4_API dsv4_status dsv4_plan_options_init(dsv4_plan_options* options);
+DSV4_API dsv4_status (dsv4_plan_options_init)(dsv4_plan_options* options,
+                                           size_t struct_size);
+#define dsv4_plan_options_init(options) (dsv4_plan_options_init)((options), sizeof(*(options)))
 
 /** Validates the options against the context's backend and builds an immutable plan. On success
  *  *out_plan owns it; release with dsv4_plan_destroy. Host-only; may allocate; not capturable. */
@@ -254,7 +265,9 @@ typedef struct dsv4_run_args {
   void* stream;                      /**< backend-native stream or NULL */
 } dsv4_run_args;
 
-DSV4_API dsv4_status dsv4_run_args_init(dsv4_run_args* args);
+DSV4_API dsv4_status (dsv4_run_args_init)(dsv4_run_args* args,
+                                           size_t struct_size);
+#define dsv4_run_args_init(args) (dsv4_run_args_init)((args), sizeof(*(args)))
 
 /** Runs one attention call. Validates every argument against the plan first (host-side metadata
  *  only; device values are never read for validation); on failure nothing is written. */
@@ -279,7 +292,9 @@ typedef struct dsv4_kv_write_args {
   void* stream;
 } dsv4_kv_write_args;
 
-DSV4_API dsv4_status dsv4_kv_write_args_init(dsv4_kv_write_args* args);
+DSV4_API dsv4_status (dsv4_kv_write_args_init)(dsv4_kv_write_args* args,
+                                           size_t struct_size);
+#define dsv4_kv_write_args_init(args) (dsv4_kv_write_args_init)((args), sizeof(*(args)))
 DSV4_API dsv4_status dsv4_kv_write(dsv4_ctx* ctx, const dsv4_kv_write_args* args);
 
 #ifdef __cplusplus

@@ -61,7 +61,9 @@ typedef struct dsv4_export_args {
 } dsv4_export_args;
 
 /** Sets struct_size and zeroes every other field (format FLASHMLA). INVALID_ARGUMENT for NULL. */
-DSV4_API dsv4_status dsv4_export_args_init(dsv4_export_args* args);
+DSV4_API dsv4_status (dsv4_export_args_init)(dsv4_export_args* args,
+                                           size_t struct_size);
+#define dsv4_export_args_init(args) (dsv4_export_args_init)((args), sizeof(*(args)))
 
 /** Writes the lists a paged run of `plan` would build for args->batch into the caller's
  *  buffers. Paged plans only (INVALID_ARGUMENT otherwise). Validates shapes, dtypes and devices

@@ -44,10 +44,11 @@ DSV4_API const char* dsv4_status_string(dsv4_status status) { return status_name
 
 DSV4_API const char* dsv4_last_error_message(void) { return last_error(); }
 
-DSV4_API dsv4_status dsv4_ctx_options_init(dsv4_ctx_options* options) {
+DSV4_API dsv4_status(dsv4_ctx_options_init)(dsv4_ctx_options* options, size_t struct_size) {
   return guard("dsv4_ctx_options_init", [&] {
     require_arg(options, "options");
-    *options = ctx_options_default_values();
+    init_struct(options, struct_size, sizeof(dsv4_ctx_options), "options", "dsv4_ctx_options",
+                ctx_options_default_values());
     return DSV4_STATUS_OK;
   });
 }
@@ -98,11 +99,11 @@ DSV4_API dsv4_status dsv4_ctx_get_info(const dsv4_ctx* ctx, dsv4_ctx_info* out_i
   });
 }
 
-DSV4_API dsv4_status dsv4_kv_layout_info_init(dsv4_kv_layout_info* info) {
+DSV4_API dsv4_status(dsv4_kv_layout_info_init)(dsv4_kv_layout_info* info, size_t struct_size) {
   return guard("dsv4_kv_layout_info_init", [&] {
     require_arg(info, "info");
-    *info = dsv4_kv_layout_info{};
-    info->struct_size = sizeof *info;
+    init_struct(info, struct_size, sizeof(dsv4_kv_layout_info), "info", "dsv4_kv_layout_info",
+                dsv4_kv_layout_info{});
     return DSV4_STATUS_OK;
   });
 }
@@ -125,10 +126,11 @@ DSV4_API dsv4_status dsv4_kv_layout_get_info(uint32_t layout, int32_t block_size
   });
 }
 
-DSV4_API dsv4_status dsv4_plan_options_init(dsv4_plan_options* options) {
+DSV4_API dsv4_status(dsv4_plan_options_init)(dsv4_plan_options* options, size_t struct_size) {
   return guard("dsv4_plan_options_init", [&] {
     require_arg(options, "options");
-    *options = plan_options_default_values();
+    init_struct(options, struct_size, sizeof(dsv4_plan_options), "options", "dsv4_plan_options",
+                plan_options_default_values());
     return DSV4_STATUS_OK;
   });
 }
@@ -171,10 +173,11 @@ DSV4_API dsv4_status dsv4_plan_get_info(const dsv4_plan* plan, dsv4_plan_info* o
   });
 }
 
-DSV4_API dsv4_status dsv4_run_args_init(dsv4_run_args* args) {
+DSV4_API dsv4_status(dsv4_run_args_init)(dsv4_run_args* args, size_t struct_size) {
   return guard("dsv4_run_args_init", [&] {
     require_arg(args, "args");
-    *args = run_args_default_values();
+    init_struct(args, struct_size, sizeof(dsv4_run_args), "args", "dsv4_run_args",
+                run_args_default_values());
     return DSV4_STATUS_OK;
   });
 }
@@ -190,10 +193,11 @@ DSV4_API dsv4_status dsv4_run(const dsv4_plan* plan, const dsv4_run_args* args) 
   });
 }
 
-DSV4_API dsv4_status dsv4_kv_write_args_init(dsv4_kv_write_args* args) {
+DSV4_API dsv4_status(dsv4_kv_write_args_init)(dsv4_kv_write_args* args, size_t struct_size) {
   return guard("dsv4_kv_write_args_init", [&] {
     require_arg(args, "args");
-    *args = kv_write_args_default_values();
+    init_struct(args, struct_size, sizeof(dsv4_kv_write_args), "args", "dsv4_kv_write_args",
+                kv_write_args_default_values());
     return DSV4_STATUS_OK;
   });
 }

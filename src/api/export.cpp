@@ -217,12 +217,13 @@ dsv4_status export_indices(const dsv4_plan* plan, const dsv4_export_args* args_i
 
 extern "C" {
 
-DSV4_API dsv4_status dsv4_export_args_init(dsv4_export_args* args) {
+DSV4_API dsv4_status(dsv4_export_args_init)(dsv4_export_args* args, size_t struct_size) {
   return dsv4::detail::guard("dsv4_export_args_init", [&]() -> dsv4_status {
     if (args == nullptr) dsv4::detail::fail(DSV4_STATUS_INVALID_ARGUMENT, "args is NULL");
-    std::memset(static_cast<void*>(args), 0, sizeof(*args));
-    args->struct_size = sizeof(dsv4_export_args);
-    args->format = DSV4_EXPORT_FLASHMLA;
+    dsv4_export_args defaults{};
+    defaults.format = DSV4_EXPORT_FLASHMLA;
+    dsv4::detail::init_struct(args, struct_size, sizeof(dsv4_export_args), "args",
+                              "dsv4_export_args", defaults);
     return DSV4_STATUS_OK;
   });
 }

@@ -45,4 +45,16 @@ void write_struct(T* out, const T& value) {
   out->struct_size = size;
 }
 
+// An _init function: writes `defaults` into the first `caller_size` bytes of the caller's struct
+// (the sizeof of the caller's header, passed by the dsv4_*_init macros), so a binary built against
+// an older, smaller struct is never overrun by a newer library.
+template <class T>
+void init_struct(T* out, size_t caller_size, size_t min_size, const char* name, const char* type,
+                 T defaults) {
+  if (caller_size > UINT32_MAX) caller_size = UINT32_MAX;
+  check_struct_size(static_cast<uint32_t>(caller_size), min_size, sizeof(T), name, type);
+  defaults.struct_size = static_cast<uint32_t>(caller_size);
+  std::memcpy(static_cast<void*>(out), &defaults, caller_size);
+}
+
 }  // namespace dsv4::detail

@@ -33,7 +33,7 @@ def declared(headers):
     names = set()
     for header in headers:
         text = re.sub(r"/\*.*?\*/", "", open(header).read(), flags=re.S)
-        names |= set(re.findall(r"DSV4_API\b[^;{]*?\b(dsv4_\w+)\s*\(", text))
+        names |= set(re.findall(r"DSV4_API\b[^;{]*?\b(dsv4_\w+)\)?\s*\((?!dsv4_\w+\))", text))
     return names
 
 

@@ -74,15 +74,15 @@ class RunArgs(ctypes.Structure):
 def bind(lib):
     status = ctypes.c_int32
     signatures = {
-        "dsv4_ctx_options_init": (status, [ctypes.POINTER(CtxOptions)]),
+        "dsv4_ctx_options_init": (status, [ctypes.POINTER(CtxOptions), ctypes.c_size_t]),
         "dsv4_ctx_create": (status, [ctypes.POINTER(CtxOptions), ctypes.POINTER(ctypes.c_void_p)]),
         "dsv4_ctx_destroy": (None, [ctypes.c_void_p]),
-        "dsv4_plan_options_init": (status, [ctypes.POINTER(PlanOptions)]),
+        "dsv4_plan_options_init": (status, [ctypes.POINTER(PlanOptions), ctypes.c_size_t]),
         "dsv4_plan_create": (status, [ctypes.c_void_p, ctypes.POINTER(PlanOptions),
                                       ctypes.POINTER(ctypes.c_void_p)]),
         "dsv4_plan_destroy": (None, [ctypes.c_void_p]),
         "dsv4_plan_get_workspace_size": (status, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]),
-        "dsv4_run_args_init": (status, [ctypes.POINTER(RunArgs)]),
+        "dsv4_run_args_init": (status, [ctypes.POINTER(RunArgs), ctypes.c_size_t]),
         "dsv4_run": (status, [ctypes.c_void_p, ctypes.POINTER(RunArgs)]),
         "dsv4_last_error_message": (ctypes.c_char_p, []),
         "dsv4_status_string": (ctypes.c_char_p, [status]),
@@ -128,13 +128,13 @@ def main(argv):
             raise SystemExit("ctypes %s is %d bytes, C has %d" % (cls.__name__, ctypes.sizeof(cls), size))
 
     options = CtxOptions()
-    check(lib, lib.dsv4_ctx_options_init(ctypes.byref(options)), "dsv4_ctx_options_init")
+    check(lib, lib.dsv4_ctx_options_init(ctypes.byref(options), ctypes.sizeof(options)), "dsv4_ctx_options_init")
     options.backend = b"cpu"
     ctx = ctypes.c_void_p()
     check(lib, lib.dsv4_ctx_create(ctypes.byref(options), ctypes.byref(ctx)), "dsv4_ctx_create")
 
     plan_options = PlanOptions()
-    check(lib, lib.dsv4_plan_options_init(ctypes.byref(plan_options)), "dsv4_plan_options_init")
+    check(lib, lib.dsv4_plan_options_init(ctypes.byref(plan_options), ctypes.sizeof(plan_options)), "dsv4_plan_options_init")
     plan_options.num_heads = H
     plan_options.topk = WIDTH
     plan_options.max_tokens = T
@@ -177,7 +177,7 @@ def main(argv):
         "indices": make_tensor(indices, [T, WIDTH], INT, 32),
     }
     args = RunArgs()
-    check(lib, lib.dsv4_run_args_init(ctypes.byref(args)), "dsv4_run_args_init")
+    check(lib, lib.dsv4_run_args_init(ctypes.byref(args), ctypes.sizeof(args)), "dsv4_run_args_init")
     for name, (tensor, _) in tensors.items():
         setattr(args, name, ctypes.pointer(tensor))
     args.workspace = ctypes.cast(workspace, ctypes.c_void_p)

@@ -24,18 +24,18 @@ enum { H = 8, D = 512, T = 2, KEYS = 40, WIDTH = 48, BLOCK = 64, ENTRY = 576 };
 
 /* ----------------------------------------------------------------------------- the library */
 static struct {
-  dsv4_status (*ctx_options_init)(dsv4_ctx_options*);
+  dsv4_status (*ctx_options_init)(dsv4_ctx_options*, size_t);
   dsv4_status (*ctx_create)(const dsv4_ctx_options*, dsv4_ctx**);
   void (*ctx_destroy)(dsv4_ctx*);
-  dsv4_status (*plan_options_init)(dsv4_plan_options*);
+  dsv4_status (*plan_options_init)(dsv4_plan_options*, size_t);
   dsv4_status (*plan_create)(dsv4_ctx*, const dsv4_plan_options*, dsv4_plan**);
   void (*plan_destroy)(dsv4_plan*);
   dsv4_status (*plan_get_workspace_size)(const dsv4_plan*, size_t*);
-  dsv4_status (*run_args_init)(dsv4_run_args*);
+  dsv4_status (*run_args_init)(dsv4_run_args*, size_t);
   dsv4_status (*run)(const dsv4_plan*, const dsv4_run_args*);
-  dsv4_status (*kv_write_args_init)(dsv4_kv_write_args*);
+  dsv4_status (*kv_write_args_init)(dsv4_kv_write_args*, size_t);
   dsv4_status (*kv_write)(dsv4_ctx*, const dsv4_kv_write_args*);
-  dsv4_status (*kv_layout_info_init)(dsv4_kv_layout_info*);
+  dsv4_status (*kv_layout_info_init)(dsv4_kv_layout_info*, size_t);
   dsv4_status (*kv_layout_get_info)(uint32_t, int32_t, dsv4_kv_layout_info*);
   const char* (*last_error_message)(void);
   const char* (*status_string)(dsv4_status);
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
         RESOLVE(kv_layout_get_info) && RESOLVE(last_error_message) && RESOLVE(status_string)))
     return 1;
 
-  CHECK(lib.kv_layout_info_init(&layout));
+  CHECK(lib.kv_layout_info_init(&layout, sizeof layout));
   CHECK(lib.kv_layout_get_info(DSV4_KV_LAYOUT_FP8_V4_584B, BLOCK, &layout));
   if (layout.min_block_stride_bytes != (int64_t)sizeof(cache)) {
     fprintf(stderr, "584B block of 64 entries: %lld bytes, expected %zu\n",
@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  CHECK(lib.ctx_options_init(&ctx_options));
+  CHECK(lib.ctx_options_init(&ctx_options, sizeof ctx_options));
   ctx_options.backend = "cpu";
   CHECK(lib.ctx_create(&ctx_options, &ctx));
 
@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
   t_slots = tensor(slots, 1, dims1, s_slots, DSV4_DTYPE_CODE_INT, 32);
   dims2[0] = 1, dims2[1] = (int64_t)sizeof(cache);
   t_cache = tensor(cache, 2, dims2, s_cache, DSV4_DTYPE_CODE_UINT, 8);
-  CHECK(lib.kv_write_args_init(&write));
+  CHECK(lib.kv_write_args_init(&write, sizeof write));
   write.cache_desc.layout = DSV4_KV_LAYOUT_FP8_V4_584B;
   write.cache_desc.block_size = BLOCK;
   write.cache_desc.block_stride_bytes = 0;
@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  CHECK(lib.plan_options_init(&plan_options));
+  CHECK(lib.plan_options_init(&plan_options, sizeof plan_options));
   plan_options.num_heads = H;
   plan_options.topk = WIDTH;
   plan_options.max_tokens = T;
@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
   t_idx = tensor(indices, 2, dims2, s_idx, DSV4_DTYPE_CODE_INT, 32);
   dims1[0] = T;
   t_len = tensor(lengths, 1, dims1, s_len, DSV4_DTYPE_CODE_INT, 32);
-  CHECK(lib.run_args_init(&args));
+  CHECK(lib.run_args_init(&args, sizeof args));
   args.q = &t_q;
   args.swa_cache = &t_cache;
   args.attn_sink = &t_sink;

@@ -14,7 +14,8 @@ names = set()
 includes = []
 for header in headers:
     text = re.sub(r"/\*.*?\*/", "", open(header).read(), flags=re.S)
-    found = set(re.findall(r"DSV4_API\b[^;{]*?\b(dsv4_\w+)\s*\(", text))
+    # "(dsv4_x_init)(" declares a function that a same-named macro wraps.
+    found = set(re.findall(r"DSV4_API\b[^;{]*?\b(dsv4_\w+)\)?\s*\((?!dsv4_\w+\))", text))
     if found:
         includes.append("#include <dsv4/%s>" % os.path.basename(header))
         names |= found

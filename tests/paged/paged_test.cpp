@@ -1314,7 +1314,8 @@ TEST(PagedExportArgs, RejectedWithMessageAndNothingWritten) {
       << dsv4_last_error_message();
   EXPECT_TRUE(untouched());
   EXPECT_EQ(dsv4_export_indices(nullptr, &a), DSV4_STATUS_INVALID_ARGUMENT);
-  EXPECT_EQ(dsv4_export_args_init(nullptr), DSV4_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ((dsv4_export_args_init)(nullptr, sizeof(dsv4_export_args)),
+            DSV4_STATUS_INVALID_ARGUMENT);
 }
 
 }  // namespace

@@ -95,7 +95,8 @@ void reset_last_error(const std::string& expected) {
   dsv4_kv_layout_info info;
   dsv4_kv_layout_info_init(&info);
   dsv4_kv_layout_get_info(DSV4_KV_LAYOUT_BF16, 0, &info);
-  if (contains(dsv4_last_error_message(), expected)) dsv4_run_args_init(nullptr);
+  if (contains(dsv4_last_error_message(), expected))
+    (dsv4_run_args_init)(nullptr, sizeof(dsv4_run_args));
 }
 
 class BadInput : public ::testing::Test {

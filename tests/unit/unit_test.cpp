@@ -135,12 +135,17 @@ TEST(Init, ExportArgsDefaults) {
 }
 
 TEST(Init, NullIsInvalidArgument) {
-  EXPECT_EQ(dsv4_export_args_init(nullptr), DSV4_STATUS_INVALID_ARGUMENT);
-  EXPECT_EQ(dsv4_ctx_options_init(nullptr), DSV4_STATUS_INVALID_ARGUMENT);
-  EXPECT_EQ(dsv4_plan_options_init(nullptr), DSV4_STATUS_INVALID_ARGUMENT);
-  EXPECT_EQ(dsv4_run_args_init(nullptr), DSV4_STATUS_INVALID_ARGUMENT);
-  EXPECT_EQ(dsv4_kv_write_args_init(nullptr), DSV4_STATUS_INVALID_ARGUMENT);
-  EXPECT_EQ(dsv4_kv_layout_info_init(nullptr), DSV4_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ((dsv4_export_args_init)(nullptr, sizeof(dsv4_export_args)),
+            DSV4_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ((dsv4_ctx_options_init)(nullptr, sizeof(dsv4_ctx_options)),
+            DSV4_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ((dsv4_plan_options_init)(nullptr, sizeof(dsv4_plan_options)),
+            DSV4_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ((dsv4_run_args_init)(nullptr, sizeof(dsv4_run_args)), DSV4_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ((dsv4_kv_write_args_init)(nullptr, sizeof(dsv4_kv_write_args)),
+            DSV4_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ((dsv4_kv_layout_info_init)(nullptr, sizeof(dsv4_kv_layout_info)),
+            DSV4_STATUS_INVALID_ARGUMENT);
 }
 
 // ------------------------------------------------------------------------------------- status
@@ -175,14 +180,16 @@ TEST(Status, UnknownCodes) {
 
 TEST(Status, LastErrorIsThreadLocalText) {
   // After a failing call the message is non-empty and names the argument.
-  EXPECT_EQ(dsv4_plan_options_init(nullptr), DSV4_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ((dsv4_plan_options_init)(nullptr, sizeof(dsv4_plan_options)),
+            DSV4_STATUS_INVALID_ARGUMENT);
   const char* message = dsv4_last_error_message();
   ASSERT_NE(message, nullptr);
   EXPECT_TRUE(contains(message, "options")) << message;
 }
 
 TEST(Status, LastErrorIsPerThread) {
-  EXPECT_EQ(dsv4_plan_options_init(nullptr), DSV4_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ((dsv4_plan_options_init)(nullptr, sizeof(dsv4_plan_options)),
+            DSV4_STATUS_INVALID_ARGUMENT);
   const std::string main_message = dsv4_last_error_message();
   std::string fresh, own;
   std::thread worker([&] {
@@ -287,6 +294,37 @@ dsv4_status create_ctx(const dsv4_ctx_options* options, std::string* message) {
   else
     EXPECT_EQ(ctx, sentinel) << "failing dsv4_ctx_create wrote *out_ctx";
   return status;
+}
+
+// The _init functions write only the caller's struct_size bytes (the macro passes sizeof(*p)), so a
+// newer library never overruns an older caller's struct; a larger size than the library knows is an
+// ABI mismatch and writes nothing.
+template <typename T>
+void expect_sized_init(dsv4_status (*init)(T*, size_t), const char* arg) {
+  Padded<T> padded;
+  std::memset(&padded, 0xAB, sizeof(padded));
+  ASSERT_EQ(init(&padded.value, sizeof(T)), DSV4_STATUS_OK);
+  EXPECT_EQ(padded.value.struct_size, sizeof(T));
+  for (unsigned char byte : padded.tail) ASSERT_EQ(byte, 0xAB) << "init wrote past sizeof";
+
+  std::memset(&padded, 0xAB, sizeof(padded));
+  EXPECT_EQ(init(&padded.value, sizeof(T) + 16), DSV4_STATUS_ABI_MISMATCH);
+  EXPECT_TRUE(contains(dsv4_last_error_message(), std::string(arg) + "->struct_size"))
+      << dsv4_last_error_message();
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(&padded);
+  for (size_t i = 0; i < sizeof(padded); ++i) ASSERT_EQ(bytes[i], 0xAB) << "failed init wrote";
+
+  EXPECT_EQ(init(&padded.value, 4), DSV4_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(init(nullptr, sizeof(T)), DSV4_STATUS_INVALID_ARGUMENT);
+}
+
+TEST(StructSize, InitWritesOnlyTheCallersSize) {
+  expect_sized_init<dsv4_ctx_options>(&(dsv4_ctx_options_init), "options");
+  expect_sized_init<dsv4_plan_options>(&(dsv4_plan_options_init), "options");
+  expect_sized_init<dsv4_run_args>(&(dsv4_run_args_init), "args");
+  expect_sized_init<dsv4_kv_write_args>(&(dsv4_kv_write_args_init), "args");
+  expect_sized_init<dsv4_kv_layout_info>(&(dsv4_kv_layout_info_init), "info");
+  expect_sized_init<dsv4_export_args>(&(dsv4_export_args_init), "args");
 }
 
 TEST(StructSize, CtxOptions) {
