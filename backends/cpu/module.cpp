@@ -11,6 +11,7 @@
 
 #include "attention.h"
 #include "common/layout.h"
+#include "common/module_entry.h"
 #include "dsv4_backend.h"
 #include "host.h"
 #include "kv_write.h"
@@ -310,20 +311,8 @@ const dsv4_backend_iface g_iface = {
 extern "C" DSV4_MODULE_EXPORT dsv4_status dsv4_backend_entry(uint32_t* inout_abi_version,
                                                              const dsv4_host_services* host,
                                                              const dsv4_backend_iface** out_iface) {
-  if (inout_abi_version == nullptr || out_iface == nullptr) return DSV4_STATUS_INVALID_ARGUMENT;
-  if (host == nullptr || host->struct_size < sizeof(dsv4_host_services))
-    return DSV4_STATUS_ABI_MISMATCH;
-  const uint32_t host_version = *inout_abi_version;
-  if ((host_version >> 16) != DSV4_MODULE_ABI_MAJOR) {
-    if (host->set_error != nullptr) {
-      char message[128];
-      std::snprintf(message, sizeof message, "cpu: module ABI major %u, host speaks %u",
-                    DSV4_MODULE_ABI_MAJOR, host_version >> 16);
-      host->set_error(message);
-    }
-    return DSV4_STATUS_ABI_MISMATCH;
-  }
-  *inout_abi_version = std::min<uint32_t>(host_version, DSV4_MODULE_ABI_VERSION);
+  const dsv4_status status = dsv4::negotiate_module_abi("cpu", inout_abi_version, host, out_iface);
+  if (status != DSV4_STATUS_OK) return status;
   dsv4::cpu::set_host(host);
   *out_iface = &dsv4::cpu::g_iface;
   return DSV4_STATUS_OK;
