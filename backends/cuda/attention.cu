@@ -3,13 +3,14 @@
 // One CTA = one (token, head group, key split). A head group is 16, 32 or 64 heads (1, 2 or 4 mma
 // row tiles) so a gathered key row is dequantised once and shared by all heads of the group. Keys
 // come in chunks of 64 list positions; each chunk belongs to one list (main or extra) and so to one
-// cache. Per chunk:
+// cache. Per chunk (four CTA barriers):
 //   raw rows (cp.async, issued one chunk ahead) -> dequantise to bf16 in shared memory
-//   S = Q K^T (warps: head tile x key group) -> online softmax in fp32 (base 2) -> P (bf16)
-//   O += P V (warps: head tile x 512/G value dims), O in fp32 registers.
-// 64-head tiles use 16 warps (O = 64 registers per thread), smaller tiles 8 warps. With one split
-// the CTA applies the sink and writes out / lse / max_logits (through shared memory, 16-byte
-// stores); with several it writes (O, max, sum) partials that the combine kernel merges.
+//   S = Q K^T (warps: head tile x key group; 16-head tiles also split the head dimension in two)
+//   -> online softmax in fp32 (base 2) on the S registers -> P (bf16, shared memory)
+//   O += P V (warps: up to two head tiles x a slice of the 512 value dims), O in fp32 registers.
+// 64-key chunks use 16 warps (64-head tiles: O = 64 registers per thread), the 32-key variant 4.
+// With one split the CTA applies the sink and writes out / lse / max_logits (through shared memory,
+// 16-byte stores); with several it writes (O, max, sum) partials that the combine kernel merges.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -30,28 +31,38 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kSRowPad = 4;   // fp32 S rows: 68 floats
 constexpr int kBf16Pad = 8;   // bf16 rows padded by 16 bytes: ldmatrix without bank conflicts
 
-__host__ __device__ inline size_t align16(size_t x) { return (x + 15) / 16 * 16; }
+__host__ __device__ constexpr size_t align16(size_t x) { return (x + 15) / 16 * 16; }
 
-// Shared-memory map of one CTA (byte offsets), identical on host and device.
+// Shared-memory map of one CTA (byte offsets), identical on host and device. The raw-row stage,
+// the only region whose size depends on the caches, comes last so that every other offset is a
+// compile-time constant in the kernel (fewer live registers).
 struct smem_map {
-  size_t q, k, stage, s, p, m, l, alpha, row_src, row_scale, total;
+  size_t q, k, s, p, m, l, alpha, m_next, red_max, red_sum, row_src, row_scale, next_idx, stage, total;
 };
 
-__host__ __device__ inline smem_map make_smem_map(int head_tiles, int dqk, size_t stage_bytes, int chunk) {
+__host__ __device__ constexpr smem_map make_smem_map(int head_tiles, int dqk, size_t stage_bytes, int chunk) {
   const size_t rows = static_cast<size_t>(head_tiles) * kMmaRows;
   const size_t qk_stride = static_cast<size_t>(dqk + kBf16Pad) * 2;
-  smem_map m;
+  smem_map m{};
   m.q = 0;
   m.k = m.q + align16(rows * qk_stride);
-  m.stage = m.k + align16(chunk * qk_stride);
-  m.s = m.stage + align16(stage_bytes);
-  m.p = m.s + align16(rows * (chunk + kSRowPad) * sizeof(float));
+  // fp32 S only where Q K^T splits the head dimension (the parts are added in shared memory);
+  // otherwise the softmax runs on the Q K^T registers and exchanges per-warp row maxima and sums.
+  const int ks = attention_qk_dim_splits(head_tiles, chunk);
+  const size_t key_groups = static_cast<size_t>(attention_warps(head_tiles, chunk) / head_tiles / ks);
+  m.s = m.k + align16(chunk * qk_stride);
+  m.p = m.s + (ks > 1 ? align16(ks * rows * (chunk + kSRowPad) * sizeof(float)) : 0);
   m.m = m.p + align16(rows * (chunk + kBf16Pad) * 2);
   m.l = m.m + align16(rows * sizeof(float));
   m.alpha = m.l + align16(rows * sizeof(float));
-  m.row_src = m.alpha + align16(rows * sizeof(float));
+  m.m_next = m.alpha + align16(rows * sizeof(float));
+  m.red_max = m.m_next + align16(rows * sizeof(float));
+  m.red_sum = m.red_max + align16(key_groups * rows * sizeof(float));
+  m.row_src = m.red_sum + align16(key_groups * rows * sizeof(float));
   m.row_scale = m.row_src + 2 * chunk * sizeof(const uint8_t*);
-  m.total = m.row_scale + 2 * chunk * sizeof(const uint8_t*);
+  m.next_idx = m.row_scale + 2 * chunk * sizeof(const uint8_t*);
+  m.stage = m.next_idx + align16(chunk * sizeof(int32_t));
+  m.total = m.stage + align16(stage_bytes);
   return m;
 }
 
@@ -165,7 +176,6 @@ struct stage_geometry {
                                      : L == DSV4_KV_LAYOUT_FP8_V32_656B ? kV32TokenBytes
                                                                       : kHeadDim) / 16;
   static constexpr bool has_scales = L == DSV4_KV_LAYOUT_FP8_V4_584B;
-  static constexpr int units = data_units + (has_scales ? 1 : 0);
 };
 
 // Calls f(std::integral_constant<uint32_t, layout>) for the layouts a DQK kernel serves.
@@ -182,34 +192,40 @@ __device__ __forceinline__ void dispatch_layout(uint32_t layout, F&& f) {
   }
 }
 
-// Copies the raw rows (source pointers per row, nullptr = skip) into the stage pseudo-block.
 // Copies the raw rows (source pointers per row, nullptr = skip) into the stage pseudo-block. One
-// warp per row, lanes over the row's 16-byte units, so row validity is warp-uniform.
+// warp per row, lanes over the row's 16-byte units, so row validity is warp-uniform. The aligned
+// (usual) path is kept free of the byte-copy fallback: predicated fallback code issued with every
+// row and made this loop a fifth of the kernel's issue slots (ncu source counters).
 template <uint32_t L, int WARPS, int CHUNK>
 __device__ __forceinline__ void stage_rows(uint8_t* stage, const uint8_t* const* rows, const uint8_t* const* scales,
                                            bool aligned, int warp, int lane) {
   using geo = stage_geometry<L>;
+  static_assert(CHUNK % WARPS == 0, "stage tiling");
+  if (aligned) {
+#pragma unroll
+    for (int i = 0; i < CHUNK / WARPS; ++i) {
+      const int row = warp + i * WARPS;
+      const uint8_t* src = rows[row];
+      if (src == nullptr) continue;
+      uint8_t* dst = stage + entry_data_offset(L, row);
+#pragma unroll
+      for (int k = lane; k < geo::data_units; k += 32) cp_async16(dst + 16 * k, src + 16 * k);
+      // 584 B rows: 36 data units leave lanes 4..31 idle in the second round; the last takes the scales.
+      if (geo::has_scales && lane == 31) cp_async8(stage + v4_scale_offset(CHUNK, row), scales[row]);
+    }
+    return;
+  }
   for (int row = warp; row < CHUNK; row += WARPS) {
     const uint8_t* src = rows[row];
     if (src == nullptr) continue;
     uint8_t* dst = stage + entry_data_offset(L, row);
-#pragma unroll
-    for (int k = lane; k < geo::units; k += 32) {
-      if (k < geo::data_units) {
-        if (aligned) {
-          cp_async16(dst + 16 * k, src + 16 * k);
-        } else {
-          for (int b = 0; b < 16; ++b) dst[16 * k + b] = src[16 * k + b];
-        }
-      } else {
-        const uint8_t* sc = scales[row];
-        uint8_t* sdst = stage + v4_scale_offset(CHUNK, row);
-        if (aligned) {
-          cp_async8(sdst, sc);
-        } else {
-          for (int b = 0; b < kV4ScaleBytes; ++b) sdst[b] = sc[b];
-        }
-      }
+    for (int k = lane; k < geo::data_units; k += 32) {
+      for (int b = 0; b < 16; ++b) dst[16 * k + b] = src[16 * k + b];
+    }
+    if (geo::has_scales && lane == 31) {
+      const uint8_t* sc = scales[row];
+      uint8_t* sdst = stage + v4_scale_offset(CHUNK, row);
+      for (int b = 0; b < kV4ScaleBytes; ++b) sdst[b] = sc[b];
     }
   }
 }
@@ -239,16 +255,23 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   constexpr int kWarps = attention_warps(HEAD_TILES, CHUNK);
   constexpr int kThreads = kWarps * 32;
   constexpr int HT = HEAD_TILES * kMmaRows;
-  constexpr int G = kWarps / HEAD_TILES;       // key groups (S) / value-dim groups (O)
-  constexpr int NT = CHUNK / 8 / G;            // S n-tiles (8 keys) per warp
-  constexpr int NV = kHeadDim / 8 / G;         // O n-tiles (8 dims) per warp
+  constexpr int G = kWarps / HEAD_TILES;       // warps per head tile
+  constexpr int KS = attention_qk_dim_splits(HEAD_TILES, CHUNK);  // head-dim parts of Q K^T
+  constexpr int GK = G / KS;                   // key groups of Q K^T
+  constexpr int NT = CHUNK / 8 / GK;           // S n-tiles (8 keys) per warp
+  // P V: each warp takes PT head tiles (A fragments) against one slice of V, so a V fragment feeds
+  // PT mmas (64-head tiles: 2 x 64 dims per warp read a third less shared memory than 1 x 128).
+  constexpr int PT = HEAD_TILES >= 2 ? 2 : 1;
+  constexpr int GV = kWarps / (HEAD_TILES / PT);  // value-dim groups
+  constexpr int NV = kHeadDim / 8 / GV;        // O n-tiles (8 dims) per warp
+  static_assert(NT >= 1 && NV >= 2 && (DQK / 16) % KS == 0, "warp tiling");
   constexpr int TPR = kThreads / HT;           // softmax threads per head row
   constexpr int KPT = CHUNK / TPR;        // keys per softmax thread
 
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int dqk = DQK;
   constexpr int qk_stride = DQK + kBf16Pad;  // bf16 elements
-  const smem_map map = make_smem_map(HEAD_TILES, dqk, static_cast<size_t>(p.stage_bytes), CHUNK);
+  constexpr smem_map map = make_smem_map(HEAD_TILES, DQK, 0, CHUNK);  // offsets only: stage is last
   __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem + map.q);
   __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem + map.k);
   uint8_t* stage = smem + map.stage;
@@ -257,10 +280,19 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   float* m_s = reinterpret_cast<float*>(smem + map.m);
   float* l_s = reinterpret_cast<float*>(smem + map.l);
   float* alpha_s = reinterpret_cast<float*>(smem + map.alpha);
+  float* m_next_s = reinterpret_cast<float*>(smem + map.m_next);    // running max after this chunk
+  float* red_max_s = reinterpret_cast<float*>(smem + map.red_max);  // [key group][row] chunk maxima
+  float* red_sum_s = reinterpret_cast<float*>(smem + map.red_sum);  // [key group][row] sums of P
   const uint8_t** row_src = reinterpret_cast<const uint8_t**>(smem + map.row_src);
   const uint8_t** row_scale = reinterpret_cast<const uint8_t**>(smem + map.row_scale);
+  int32_t* next_idx_s = reinterpret_cast<int32_t*>(smem + map.next_idx);  // entries of the chunk after next
   __shared__ int32_t list_count[2];
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Lets the combine kernel (a programmatic dependent launch) start its launch now; it still
+  // waits for this whole grid to finish (griddepcontrol.wait) before reading the partials.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
@@ -332,14 +364,14 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
 
   // Reads the list entry of this thread's row of chunk c (-1 when beyond the row's count); the
   // global load is issued early so its latency hides behind other work.
-  auto load_index = [&](int c) -> int64_t {
+  auto load_index = [&](int c) -> int32_t {
     if (tid >= CHUNK || c >= c_end) return -1;
     const int li = chunk_list(c);
     const int64_t pos = chunk_pos0(c) + tid;
-    return pos < list_count[li] ? static_cast<int64_t>(list_entry(p.list[li], t, p.seq_q, pos)) : -1;
+    return pos < list_count[li] ? list_entry(p.list[li], t, p.seq_q, pos) : -1;
   };
   // Resolves the rows of chunk c into source pointers (nullptr = not a valid candidate).
-  auto resolve_rows = [&](int c, int parity, int64_t idx) {
+  auto resolve_rows = [&](int c, int parity, int32_t idx) {
     if (tid < CHUNK) {
       const dsv4_mod_cache& cache = p.cache[chunk_list(c)];
       const uint8_t* src = nullptr;
@@ -363,29 +395,37 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
     cp_async_commit();
   };
 
-  // O accumulators: rows (g, g+8) of head tile `mt`, value dims [dim0, dim0 + 8*NV).
+  // Q K^T: head tile mt, key group (and head-dim part) wg. P V / O accumulators: rows (g, g+8) of
+  // head tiles [pv_tile0, pv_tile0 + PT), value dims [dim0, dim0 + 8*NV).
   const int mt = warp % HEAD_TILES;
   const int wg = warp / HEAD_TILES;
   const int g = lane / 4;
   const int tig = lane % 4;
-  const int dim0 = wg * NV * 8;
-  float o[NV][4];
+  const int pv_tile0 = (warp % (HEAD_TILES / PT)) * PT;
+  const int dim0 = (warp / (HEAD_TILES / PT)) * NV * 8;
+  float o[PT][NV][4];
 #pragma unroll
-  for (int n = 0; n < NV; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  for (int j = 0; j < PT; ++j)
+#pragma unroll
+    for (int n = 0; n < NV; ++n) o[j][n][0] = o[j][n][1] = o[j][n][2] = o[j][n][3] = 0.0f;
 
+  // List entries are read two chunks ahead: chunk c's iteration loads c+2's entries into a
+  // register and parks them in next_idx_s after its Q K^T, where c+1's iteration resolves them, so
+  // no global latency sits between two barriers (and no register stays live through P V).
   int c = next_active(c_begin);
   int parity = 0;
+  int c_next = c_end;
   if (c >= c_end) cp_async_wait_all();  // no chunk: Q is not used, but drain its copies
   if (c < c_end) {
     resolve_rows(c, parity, load_index(c));
+    c_next = next_active(c + 1);
+    if (tid < CHUNK) next_idx_s[tid] = load_index(c_next);
     __syncthreads();
     issue_stage(c, parity);
   }
   while (c < c_end) {
     const int li = chunk_list(c);
     const uint32_t layout = p.cache[li].layout;
-    const int c_next = next_active(c + 1);
-    const int64_t next_idx = load_index(c_next);
     cp_async_wait_all();
     __syncthreads();  // stage complete; previous chunk's P / K reads finished
     // Dequantise the stage into K (invalid rows are zero so they add nothing, NaN never leaks).
@@ -393,26 +433,34 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       dequant_chunk<decltype(tag)::value, DQK, qk_stride, kWarps, CHUNK>(stage, k_s, row_src + parity * CHUNK, warp,
                                                                   lane);
     });
-    if (c_next < c_end) resolve_rows(c_next, parity ^ 1, next_idx);
+    if (c_next < c_end) resolve_rows(c_next, parity ^ 1, tid < CHUNK ? next_idx_s[tid] : -1);
     __syncthreads();  // K ready, stage free, next rows resolved
     if (c_next < c_end) issue_stage(c_next, parity ^ 1);
+    const int c_after = next_active(c_next + 1);
+    const int32_t after_idx = load_index(c_after);
 
-    // S = Q K^T for head tile mt, keys [key0, key0 + 8*NT).
+    // S = Q K^T for head tile mt, keys [key0, key0 + 8*NT), head dims of part `kpart` (of KS).
+    // sr: scaled, masked logits of this warp's fragment (rows g, g+8; keys key + {0, 1}).
+    const int key0 = (wg % GK) * NT * 8;
+    float sr[NT][4];
     {
-      const int key0 = wg * NT * 8;
-      // AS independent accumulator sets (summed at the end) keep >= 4 mma chains in flight.
-      constexpr int AS = NT == 1 ? 4 : (NT == 2 ? 2 : 1);
+      const int kpart = wg / GK;
+      constexpr int KSTEPS = DQK / 16 / KS;
+      // AS independent accumulator sets (summed at the end) keep >= 2 mma chains per warp in flight
+      // (four warps per scheduler; 64-head tiles have no registers to spare beyond that).
+      constexpr int AS = NT == 1 ? 2 : 1;
       float accs[AS][NT][4];
 #pragma unroll
       for (int a4 = 0; a4 < AS; ++a4)
 #pragma unroll
         for (int n = 0; n < NT; ++n) accs[a4][n][0] = accs[a4][n][1] = accs[a4][n][2] = accs[a4][n][3] = 0.0f;
-      const __nv_bfloat16* qa = q_s + (mt * 16 + (lane % 16)) * qk_stride + (lane / 16) * 8;
-      const __nv_bfloat16* kb = NT == 1 ? k_s + (key0 + (lane & 7)) * qk_stride + ((lane >> 3) & 1) * 8
-                                        : k_s + (key0 + (lane & 7) + ((lane >> 4) << 3)) * qk_stride +
-                                              ((lane >> 3) & 1) * 8;
+      const __nv_bfloat16* qa = q_s + (mt * 16 + (lane % 16)) * qk_stride + (lane / 16) * 8 + kpart * KSTEPS * 16;
+      const __nv_bfloat16* kb = (NT == 1 ? k_s + (key0 + (lane & 7)) * qk_stride + ((lane >> 3) & 1) * 8
+                                         : k_s + (key0 + (lane & 7) + ((lane >> 4) << 3)) * qk_stride +
+                                               ((lane >> 3) & 1) * 8) +
+                                kpart * KSTEPS * 16;
 #pragma unroll
-      for (int ks = 0; ks < DQK / 16; ++ks) {
+      for (int ks = 0; ks < KSTEPS; ++ks) {
         float (*acc)[4] = accs[ks % AS];
         uint32_t a[4];
         ldmatrix_x4(a, qa + ks * 16);
@@ -443,18 +491,87 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
         const int key = key0 + n * 8 + 2 * tig;
         const bool v0 = row_src[parity * CHUNK + key] != nullptr;
         const bool v1 = row_src[parity * CHUNK + key + 1] != nullptr;
-        float* r0 = s_s + (mt * 16 + g) * (CHUNK + kSRowPad) + key;
-        float* r1 = r0 + 8 * (CHUNK + kSRowPad);
-        r0[0] = v0 ? acc[n][0] * scl : -INFINITY;
-        r0[1] = v1 ? acc[n][1] * scl : -INFINITY;
-        r1[0] = v0 ? acc[n][2] * scl : -INFINITY;
-        r1[1] = v1 ? acc[n][3] * scl : -INFINITY;
+        sr[n][0] = v0 ? acc[n][0] * scl : -INFINITY;
+        sr[n][1] = v1 ? acc[n][1] * scl : -INFINITY;
+        sr[n][2] = v0 ? acc[n][2] * scl : -INFINITY;
+        sr[n][3] = v1 ? acc[n][3] * scl : -INFINITY;
+      }
+      if constexpr (KS == 1) {
+        // This warp's maxima of rows g and g+8 (the 4 lanes of a row share them by shuffles).
+        float mlo = -INFINITY;
+        float mhi = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          mlo = fmaxf(mlo, fmaxf(sr[n][0], sr[n][1]));
+          mhi = fmaxf(mhi, fmaxf(sr[n][2], sr[n][3]));
+        }
+#pragma unroll
+        for (int off = 1; off < 4; off *= 2) {
+          mlo = fmaxf(mlo, __shfl_xor_sync(0xffffffffu, mlo, off));
+          mhi = fmaxf(mhi, __shfl_xor_sync(0xffffffffu, mhi, off));
+        }
+        if (tig == 0) {
+          red_max_s[wg * HT + mt * 16 + g] = mlo;
+          red_max_s[wg * HT + mt * 16 + g + 8] = mhi;
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          float* r0 = s_s + (kpart * HT + mt * 16 + g) * (CHUNK + kSRowPad) + key0 + n * 8 + 2 * tig;
+          float* r1 = r0 + 8 * (CHUNK + kSRowPad);
+          r0[0] = sr[n][0];
+          r0[1] = sr[n][1];
+          r1[0] = sr[n][2];
+          r1[1] = sr[n][3];
+        }
       }
     }
+    if (tid < CHUNK) next_idx_s[tid] = after_idx;  // read by the next iteration's resolve_rows
     __syncthreads();
 
-    // Online softmax (base 2): TPR threads per head row, each KPT keys.
-    {
+    if constexpr (KS == 1) {
+      // Online softmax (base 2) on the registers: every warp derives the new running max of its
+      // rows from the key groups' maxima, writes its P fragment and its row sums; threads < HT
+      // publish max and alpha (m_s itself changes only after the next barrier: others read it here).
+      const float vs = p.value_scale[li];
+      float m_use[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = mt * 16 + g + 8 * half;
+        float m_new = m_s[row];
+#pragma unroll
+        for (int w = 0; w < GK; ++w) m_new = fmaxf(m_new, red_max_s[w * HT + row]);
+        m_use[half] = m_new == -INFINITY ? 0.0f : m_new;
+      }
+      float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        const int key = key0 + n * 8 + 2 * tig;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const float e0 = exp2f(sr[n][2 * half] - m_use[half]);
+          const float e1 = exp2f(sr[n][2 * half + 1] - m_use[half]);
+          sum[half] += e0 + e1;
+          *reinterpret_cast<__nv_bfloat162*>(p_s + (mt * 16 + g + 8 * half) * (CHUNK + kBf16Pad) + key) =
+              __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
+        }
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+#pragma unroll
+        for (int off = 1; off < 4; off *= 2) sum[half] += __shfl_xor_sync(0xffffffffu, sum[half], off);
+        if (tig == 0) red_sum_s[wg * HT + mt * 16 + g + 8 * half] = sum[half];
+      }
+      if (tid < HT) {
+        const float m_old = m_s[tid];
+        float m_new = m_old;
+#pragma unroll
+        for (int w = 0; w < GK; ++w) m_new = fmaxf(m_new, red_max_s[w * HT + tid]);
+        m_next_s[tid] = m_new;
+        alpha_s[tid] = exp2f(m_old - (m_new == -INFINITY ? 0.0f : m_new));
+      }
+    } else {
+      // Online softmax (base 2) over the summed S parts: TPR threads per head row, each KPT keys.
       const int row = tid / TPR;
       const int sub = tid % TPR;
       const float* srow = s_s + row * (CHUNK + kSRowPad) + sub * KPT;
@@ -463,6 +580,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
 #pragma unroll
       for (int j = 0; j < KPT; ++j) {
         sv[j] = srow[j];
+#pragma unroll
+        for (int part = 1; part < KS; ++part) sv[j] += srow[part * HT * (CHUNK + kSRowPad) + j];
         cmax = fmaxf(cmax, sv[j]);
       }
 #pragma unroll
@@ -492,47 +611,64 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       }
     }
     __syncthreads();
-
-    // O = alpha * O + P V for head tile mt, value dims [dim0, dim0 + 8*NV).
-    {
-      const float alo = alpha_s[mt * 16 + g];
-      const float ahi = alpha_s[mt * 16 + g + 8];
+    if constexpr (KS == 1) {
+      if (tid < HT) {  // running sum and max (read again only after the next chunk's barriers)
+        float sum = 0.0f;
 #pragma unroll
-      for (int n = 0; n < NV; ++n) {
-        o[n][0] *= alo;
-        o[n][1] *= alo;
-        o[n][2] *= ahi;
-        o[n][3] *= ahi;
+        for (int w = 0; w < GK; ++w) sum += red_sum_s[w * HT + tid];
+        l_s[tid] = l_s[tid] * alpha_s[tid] + sum;
+        m_s[tid] = m_next_s[tid];
       }
-      const __nv_bfloat16* pa = p_s + (mt * 16 + (lane % 16)) * (CHUNK + kBf16Pad) + (lane / 16) * 8;
+    }
+
+    // O = alpha * O + P V for head tiles [pv_tile0, pv_tile0 + PT), value dims [dim0, dim0 + 8*NV).
+    {
+#pragma unroll
+      for (int j = 0; j < PT; ++j) {
+        const float alo = alpha_s[(pv_tile0 + j) * 16 + g];
+        const float ahi = alpha_s[(pv_tile0 + j) * 16 + g + 8];
+#pragma unroll
+        for (int n = 0; n < NV; ++n) {
+          o[j][n][0] *= alo;
+          o[j][n][1] *= alo;
+          o[j][n][2] *= ahi;
+          o[j][n][3] *= ahi;
+        }
+      }
+      const __nv_bfloat16* pa = p_s + (pv_tile0 * 16 + (lane % 16)) * (CHUNK + kBf16Pad) + (lane / 16) * 8;
       const __nv_bfloat16* vb = k_s + ((lane & 7) + ((lane >> 3) & 1) * 8) * qk_stride + dim0 + (lane >> 4) * 8;
 #pragma unroll
       for (int ks = 0; ks < CHUNK / 16; ++ks) {
-        uint32_t a[4];
-        ldmatrix_x4(a, pa + ks * 16);
+        uint32_t a[PT][4];
+#pragma unroll
+        for (int j = 0; j < PT; ++j) ldmatrix_x4(a[j], pa + j * 16 * (CHUNK + kBf16Pad) + ks * 16);
 #pragma unroll
         for (int np = 0; np < NV / 2; ++np) {
           uint32_t b[4];
           ldmatrix_x4_trans(b, vb + ks * 16 * qk_stride + np * 16);
-          mma_bf16(o[2 * np], a, b[0], b[1]);
-          mma_bf16(o[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+          for (int j = 0; j < PT; ++j) {
+            mma_bf16(o[j][2 * np], a[j], b[0], b[1]);
+            mma_bf16(o[j][2 * np + 1], a[j], b[2], b[3]);
+          }
         }
       }
     }
     c = c_next;
+    c_next = c_after;
     parity ^= 1;
   }
   __syncthreads();  // final m / l visible to every warp
 
-  const int rlo = mt * 16 + g;
-  const int rows[2] = {rlo, rlo + 8};
   if (p.num_splits == 1) {
     // Normalised rows (sink applied) -> bf16 tile in the free K buffer -> 16-byte global stores.
     constexpr int OS = kHeadDim + kBf16Pad;
     __nv_bfloat16* o_s = k_s;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = rows[half];
+    for (int rh = 0; rh < 2 * PT; ++rh) {
+      const int j = rh / 2;
+      const int half = rh % 2;
+      const int r = (pv_tile0 + j) * 16 + g + 8 * half;
       const int h = head0 + r;
       const float l = l_s[r];
       float factor = 0.0f;  // empty row: output 0
@@ -545,7 +681,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       for (int n = 0; n < NV; ++n) {
         const int d = dim0 + n * 8 + 2 * tig;
         *reinterpret_cast<uint32_t*>(o_s + r * OS + d) =
-            pack_bf16(o[n][2 * half] * factor, o[n][2 * half + 1] * factor);
+            pack_bf16(o[j][n][2 * half] * factor, o[j][n][2 * half + 1] * factor);
       }
     }
     __syncthreads();
@@ -580,14 +716,16 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   } else {
     const int64_t base = (t * p.num_splits + split) * p.num_heads;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int h = head0 + rows[half];
+    for (int rh = 0; rh < 2 * PT; ++rh) {
+      const int j = rh / 2;
+      const int half = rh % 2;
+      const int h = head0 + (pv_tile0 + j) * 16 + g + 8 * half;
       if (h >= p.num_heads) continue;
       float* po = p.partial_o + (base + h) * kHeadDim;
 #pragma unroll
       for (int n = 0; n < NV; ++n) {
         const int d = dim0 + n * 8 + 2 * tig;
-        *reinterpret_cast<float2*>(po + d) = make_float2(o[n][2 * half], o[n][2 * half + 1]);
+        *reinterpret_cast<float2*>(po + d) = make_float2(o[j][n][2 * half], o[j][n][2 * half + 1]);
       }
     }
     if (tid < HT && head0 + tid < p.num_heads) {
@@ -600,6 +738,9 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
 
 // Merges the split partials of one (token, head): 128 threads x 4 dims.
 __global__ void __launch_bounds__(128) combine_kernel(const attention_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the attention grid's partials are complete
+#endif
   const int64_t th = blockIdx.x;
   const int h = static_cast<int>(th % p.num_heads);
   const int64_t t = th / p.num_heads;
@@ -734,8 +875,23 @@ cudaError_t attention_launch(const attention_params& p, size_t smem_bytes, cudaS
   }
   if (err != cudaSuccess || p.num_splits == 1) return err;
   const int64_t blocks = static_cast<int64_t>(p.num_tokens) * p.num_heads;
-  combine_kernel<<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
-  return cudaGetLastError();
+  if (!p.dependent_combine) {
+    combine_kernel<<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
+  // Programmatic dependent launch: the combine grid's launch overlaps the attention grid's tail
+  // (small runs, where the combine matters, are launch-latency bound).
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(128);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, combine_kernel, p);
 }
 
 }  // namespace cuda

@@ -16,10 +16,19 @@ namespace cuda {
 
 constexpr int kChunkKeys = 64;       // keys dequantised to shared memory per step
 constexpr int kSmallChunkKeys = 32;  // 16-head tiles on devices with little shared memory (sm_86/89)
-// Warps per attention CTA: 16 for 64-head tiles (keeps the O accumulators at 64 registers per
-// thread and four warps per scheduler), 4 for the small-chunk 16-head variant, else 8.
+// Warps per attention CTA: 16 over 64-key chunks (four warps per scheduler: the kernel is latency
+// bound, and 64-head tiles keep their O accumulators at 64 registers per thread), 4 for the
+// small-chunk 16-head variant.
 constexpr DSV4_HD int attention_warps(int head_tiles, int chunk) {
-  return head_tiles == 4 ? 16 : (chunk == kSmallChunkKeys ? 4 : 8);
+  return chunk == kSmallChunkKeys ? 4 : 16;
+}
+// Q K^T splits the head dimension over this many warp sets when a head tile has more warps than
+// 8-key n-tiles (16-head tiles over 64-key chunks: 16 warps, 8 n-tiles); each set writes its own
+// partial S buffer and the softmax adds them.
+constexpr DSV4_HD int attention_qk_dim_splits(int head_tiles, int chunk) {
+  return attention_warps(head_tiles, chunk) / head_tiles > chunk / 8
+             ? attention_warps(head_tiles, chunk) / head_tiles / (chunk / 8)
+             : 1;
 }
 constexpr int kMmaRows = 16;       // heads per mma tile (the M dimension)
 constexpr int kMaxHeadTiles = 4;   // up to 64 heads per CTA
@@ -44,6 +53,7 @@ struct attention_params {
   int32_t q_aligned16;        // bf16 q rows are 16-byte aligned: loaded with cp.async
   int32_t out_aligned16;      // out rows are 16-byte aligned: written with 16-byte stores
   int32_t chunk_keys;         // kChunkKeys, or kSmallChunkKeys (16-head tiles, small shared memory)
+  int32_t dependent_combine;  // sm_90+: the combine kernel is a programmatic dependent launch
   dsv4_mod_token_view q;
   dsv4_mod_token_view out;
   dsv4_mod_token_view lse;

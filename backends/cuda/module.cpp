@@ -13,6 +13,7 @@
 #include <new>
 
 #include "common/layout.h"
+#include "common/module_entry.h"
 #include "common/paged_index.h"
 #include "dsv4_backend.h"
 #include "kernels.h"
@@ -91,6 +92,15 @@ struct context {
   int cc_minor = 0;
 };
 
+// One head tiling of a plan: heads per CTA and what it costs in shared memory and residency.
+struct tiling {
+  int head_tiles = 0;           // 0: not available
+  int head_groups = 1;
+  int ctas_per_sm = 1;          // attention CTAs resident per SM
+  size_t smem_bytes = 0;
+  double chunk_cost = 1.0;      // time of one chunk relative to a 64-head tile (measured on an H200)
+};
+
 struct plan {
   const context* ctx = nullptr;
   dsv4_plan_options options{};
@@ -98,6 +108,10 @@ struct plan {
   int head_groups = 1;
   int chunk_keys = kChunkKeys;  // keys per shared-memory chunk
   int ctas_per_sm = 1;          // attention CTAs resident per SM
+  // 64-head plans also hold 32-head tiles for runs too small to fill the device: twice the CTAs,
+  // each with half the mma work per chunk (CONFIG1 b=2 on an H200: 24.6 -> 20.8 us with the
+  // dependent-launch combine).
+  tiling narrow{};
   int width[2] = {0, 0};        // list widths (explicit: topk / extra_topk; paged: W / cmp width)
   int chunks[2] = {0, 0};
   size_t stage_bytes = 0;
@@ -122,12 +136,13 @@ bool dtype_is(const dsv4_dtype& t, uint8_t code, uint8_t bits) {
 struct split_plan {
   int splits;
   int chunks_per_split;
+  double cost;  // in 64-head-tile chunk times
 };
-split_plan choose_splits(const plan& p, int64_t tokens) {
+split_plan choose_splits(const plan& p, const tiling& tl, int64_t tokens) {
   const int total = std::max(1, p.chunks[0] + p.chunks[1]);
-  const int64_t base = tokens * p.head_groups;
-  const int64_t sms = std::max(1, p.ctx->sm_count) * static_cast<int64_t>(std::max(1, p.ctas_per_sm));
-  split_plan best{1, total};
+  const int64_t base = tokens * tl.head_groups;
+  const int64_t sms = std::max(1, p.ctx->sm_count) * static_cast<int64_t>(std::max(1, tl.ctas_per_sm));
+  split_plan best{1, total, 0.0};
   double best_cost = 1e300;
   for (int want = 1; want <= total; ++want) {
     const int per = (total + want - 1) / want;
@@ -135,13 +150,33 @@ split_plan choose_splits(const plan& p, int64_t tokens) {
     if (splits != want) continue;                           // same as a smaller count
     if (splits > 1 && base * splits > 4 * sms) continue;    // bounds the partials' workspace
     const int64_t waves = (base * splits + sms - 1) / sms;
-    const double cost = static_cast<double>(waves) * (per + 1.5) + (splits > 1 ? 1.0 : 0.0);
+    const double cost = static_cast<double>(waves) * (per + 1.5) * tl.chunk_cost + (splits > 1 ? 1.0 : 0.0);
     if (cost < best_cost) {
       best_cost = cost;
-      best = {splits, per};
+      best = {splits, per, cost};
     }
   }
   return best;
+}
+
+tiling wide_tiling(const plan& p) {
+  tiling t;
+  t.head_tiles = p.head_tiles;
+  t.head_groups = p.head_groups;
+  t.ctas_per_sm = p.ctas_per_sm;
+  t.smem_bytes = p.smem_bytes;
+  return t;
+}
+
+// The tiling a run of `tokens` tokens uses (the narrow one when it is modelled faster) and its splits.
+tiling choose_tiling(const plan& p, int64_t tokens, split_plan* splits) {
+  const tiling wide = wide_tiling(p);
+  *splits = choose_splits(p, wide, tokens);
+  if (p.narrow.head_tiles == 0) return wide;
+  const split_plan ns = choose_splits(p, p.narrow, tokens);
+  if (ns.cost >= splits->cost) return wide;
+  *splits = ns;
+  return p.narrow;
 }
 
 size_t partial_bytes_o(size_t rows, int heads) { return align_up(rows * heads * kHeadDim * sizeof(float)); }
@@ -245,11 +280,24 @@ dsv4_status size_plan(plan* p) {
   const cudaError_t err = attention_configure(tiles, chunk, p->smem_bytes);
   if (err != cudaSuccess) return cuda_fail(err, "plan: cudaFuncSetAttribute");
   p->ctas_per_sm = attention_ctas_per_sm(tiles, chunk, o.head_dim_qk, p->smem_bytes);
-  // Partials: the largest tokens x splits over every T <= max_tokens that uses more than one split.
+  if (tiles == kMaxHeadTiles && chunk == kChunkKeys) {
+    tiling& n = p->narrow;
+    n.head_tiles = kMaxHeadTiles / 2;
+    n.head_groups = (o.num_heads + n.head_tiles * kMmaRows - 1) / (n.head_tiles * kMmaRows);
+    n.smem_bytes = attention_smem_bytes(n.head_tiles, o.head_dim_qk, p->stage_bytes, chunk);
+    n.chunk_cost = 0.8;  // CONFIG1 shapes: 73.3 us (32 heads) vs 91.5 us (64 heads) for 10 chunks
+    const cudaError_t nerr = attention_configure(n.head_tiles, chunk, n.smem_bytes);
+    if (nerr != cudaSuccess) return cuda_fail(nerr, "plan: cudaFuncSetAttribute");
+    n.ctas_per_sm = attention_ctas_per_sm(n.head_tiles, chunk, o.head_dim_qk, n.smem_bytes);
+  }
+  // Partials: the largest tokens x splits over every T <= max_tokens that uses more than one split
+  // (either tiling; the partials' layout does not depend on it).
   size_t rows = 0;
-  const int64_t t_max = std::min<int64_t>(o.max_tokens, 4LL * p->ctx->sm_count * p->ctas_per_sm);
+  const int64_t t_max =
+      std::min<int64_t>(o.max_tokens, 4LL * p->ctx->sm_count * std::max(p->ctas_per_sm, p->narrow.ctas_per_sm));
   for (int64_t t = 1; t <= t_max; ++t) {
-    const split_plan s = choose_splits(*p, t);
+    split_plan s;
+    choose_tiling(*p, t, &s);
     if (s.splits > 1) rows = std::max(rows, static_cast<size_t>(t) * static_cast<size_t>(s.splits));
   }
   p->partial_rows = rows;
@@ -290,9 +338,12 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   a.seq_q = run.seq_q > 0 ? run.seq_q : 1;
   a.num_heads = o.num_heads;
   a.head_dim_qk = o.head_dim_qk;
-  a.head_tiles = p.head_tiles;
-  a.head_groups = p.head_groups;
+  split_plan sp;
+  const tiling tl = choose_tiling(p, run.num_tokens, &sp);
+  a.head_tiles = tl.head_tiles;
+  a.head_groups = tl.head_groups;
   a.chunk_keys = p.chunk_keys;
+  a.dependent_combine = p.ctx->cc_major >= 9 ? 1 : 0;
   a.chunks[0] = p.chunks[0];
   a.chunks[1] = p.chunks[1];
   a.width[0] = p.width[0];
@@ -359,7 +410,6 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
     }
   }
 
-  const split_plan sp = choose_splits(p, run.num_tokens);
   a.num_splits = sp.splits;
   a.chunks_per_split = sp.chunks_per_split;
   if (sp.splits > 1) {
@@ -370,7 +420,7 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
     a.partial_o = reinterpret_cast<float*>(part);
     a.partial_ml = reinterpret_cast<float*>(part + partial_bytes_o(p.partial_rows, o.num_heads));
   }
-  const cudaError_t err = attention_launch(a, p.smem_bytes, stream);
+  const cudaError_t err = attention_launch(a, tl.smem_bytes, stream);
   if (err != cudaSuccess) return cuda_fail(err, "run: attention launch");
   return DSV4_STATUS_OK;
 }
@@ -606,19 +656,8 @@ const dsv4_backend_iface g_iface = {
 extern "C" DSV4_MODULE_EXPORT dsv4_status dsv4_backend_entry(uint32_t* inout_abi_version,
                                                              const dsv4_host_services* host,
                                                              const dsv4_backend_iface** out_iface) {
-  if (inout_abi_version == nullptr || out_iface == nullptr) return DSV4_STATUS_INVALID_ARGUMENT;
-  if (host == nullptr || host->struct_size < sizeof(dsv4_host_services)) return DSV4_STATUS_ABI_MISMATCH;
-  const uint32_t host_version = *inout_abi_version;
-  if ((host_version >> 16) != DSV4_MODULE_ABI_MAJOR) {
-    if (host->set_error != nullptr) {
-      char message[128];
-      std::snprintf(message, sizeof message, "cuda: module ABI major %u, host speaks %u", DSV4_MODULE_ABI_MAJOR,
-                    host_version >> 16);
-      host->set_error(message);
-    }
-    return DSV4_STATUS_ABI_MISMATCH;
-  }
-  *inout_abi_version = std::min<uint32_t>(host_version, DSV4_MODULE_ABI_VERSION);
+  const dsv4_status status = dsv4::negotiate_module_abi("cuda", inout_abi_version, host, out_iface);
+  if (status != DSV4_STATUS_OK) return status;
   dsv4::cuda::g_host = host;
   *out_iface = &dsv4::cuda::g_iface;
   return DSV4_STATUS_OK;

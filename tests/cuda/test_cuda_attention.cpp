@@ -732,6 +732,44 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   {
+    // 64-head plans run 32-head tiles when few tokens leave the device idle; enough tokens here
+    // (160) keep the 64-head tiles.
+    explicit_case c;
+    c.name = "v32-656-h64-b80";
+    c.layout = DSV4_KV_LAYOUT_FP8_V32_656B;
+    c.batch = 80;
+    c.topk = 100;
+    c.block = 64;
+    add(c);
+  }
+  {
+    explicit_case c;
+    c.name = "v4-decode-h64-b80";
+    c.batch = 80;
+    c.topk = 96;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 64;
+    add(c);
+  }
+  {
+    explicit_case c;  // 16-head tile: Q K^T split over two head-dim halves of 288
+    c.name = "v32-656-h16";
+    c.layout = DSV4_KV_LAYOUT_FP8_V32_656B;
+    c.heads = 16;
+    c.topk = 192;
+    c.block = 64;
+    add(c);
+  }
+  {
+    explicit_case c;
+    c.name = "v32-656-h24";
+    c.layout = DSV4_KV_LAYOUT_FP8_V32_656B;
+    c.heads = 24;
+    c.topk = 130;
+    c.block = 64;
+    add(c);
+  }
+  {
     explicit_case c;
     c.name = "per-tensor-fp8-q";
     c.layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
