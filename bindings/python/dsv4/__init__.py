@@ -159,7 +159,24 @@ def device_info(backend, index=0, module_dir=None):
                       _text(info.name))
 
 
-class Context:
+class _Closable:
+    """Context-manager and finaliser behaviour of the handle-owning classes (they define close())."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            try:
+                self.close()
+            except Exception:  # interpreter shutdown: the library may already be gone
+                pass
+
+
+class Context(_Closable):
     """A dsv4_ctx: one backend on one device. `log` is an optional callable(level, message)
     receiving the library's log lines (it must be thread-safe)."""
 
@@ -200,18 +217,6 @@ class Context:
             _lib.lib().dsv4_ctx_destroy(self._handle)
             self._handle = ctypes.c_void_p()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_handle", None):
-            try:
-                self.close()
-            except Exception:  # interpreter shutdown: the library may already be gone
-                pass
 
 
 # --------------------------------------------- plan ---------------------------------------------
@@ -250,7 +255,7 @@ def _destroy_plan(handle):
         handle.value = None
 
 
-class Plan:
+class Plan(_Closable):
     """An immutable dsv4_plan. Keyword options are dsv4_plan_options field names; swa_cache and
     extra_cache take a KvCacheDesc or a dict of its fields; q_dtype any dtype spec."""
 
@@ -329,18 +334,6 @@ class Plan:
         _destroy_plan(self._handle)
         self.ctx._plan_handles.pop(id(self._handle), None)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_handle", None):
-            try:
-                self.close()
-            except Exception:  # interpreter shutdown: the library may already be gone
-                pass
 
 
 # ----------------------------------- KV writer, export, layouts ---------------------------------
