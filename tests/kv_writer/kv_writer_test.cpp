@@ -547,9 +547,3 @@ TEST_F(KvWriter, SlotBeyondCapacityWritesNothing) {
 
 }  // namespace
 }  // namespace dsv4test
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new dsv4test::DeviceEnvironment);
-  return RUN_ALL_TESTS();
-}

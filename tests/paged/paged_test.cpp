@@ -1320,9 +1320,3 @@ TEST(PagedExportArgs, RejectedWithMessageAndNothingWritten) {
 
 }  // namespace
 }  // namespace dsv4test
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new dsv4test::DeviceEnvironment);
-  return RUN_ALL_TESTS();
-}
