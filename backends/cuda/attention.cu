@@ -21,6 +21,7 @@
 #include "common/codec.h"
 #include "common/index.h"
 #include "common/layout.h"
+#include "device_common.cuh"
 #include "kernels.h"
 
 namespace dsv4 {
@@ -68,19 +69,6 @@ __host__ __device__ constexpr smem_map make_smem_map(int head_tiles, int dqk, si
 
 // ------------------------------------------------------------------------------------------------
 // PTX helpers
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
-
 __device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -110,38 +98,6 @@ __device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b
 // Dequantisation of 8 consecutive dims [d0, d0+8) of entry `row` of a staged pseudo-block (the
 // chunk's raw rows stored with the layout's own in-block byte map for a block of `chunk`
 // entries). Values come from the shared codecs, so they are bit-identical to dequant_entry.
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  return static_cast<uint32_t>(f32_to_bf16(lo)) | (static_cast<uint32_t>(f32_to_bf16(hi)) << 16);
-}
-
-// 8 e4m3 bytes times a scale, each product rounded to bf16: round_to_bf16(fp8_e4m3_to_f32(b) * s).
-// sm_89+ converts pairs in hardware (e4m3 -> f16 is exact, f16 -> f32 exact, then the same fp32
-// product and RNE narrowing), elsewhere the shared codec; the values are identical (NaN payloads
-// aside).
-__device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 raw, float scale) {
-  const uint32_t w[2] = {raw.x, raw.y};
-  uint32_t o[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t word = w[i / 2];
-    const int sh = (i % 2) * 16;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    uint32_t h2;
-    const uint16_t pair = static_cast<uint16_t>(word >> sh);
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(pair));
-    const float a = __half2float(__ushort_as_half(static_cast<unsigned short>(h2 & 0xffffu))) * scale;
-    const float b = __half2float(__ushort_as_half(static_cast<unsigned short>(h2 >> 16))) * scale;
-    const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-    o[i] = *reinterpret_cast<const uint32_t*>(&v);
-#else
-    const float a = fp8_e4m3_to_f32(static_cast<uint8_t>(word >> sh)) * scale;
-    const float b = fp8_e4m3_to_f32(static_cast<uint8_t>(word >> (sh + 8))) * scale;
-    o[i] = pack_bf16(a, b);
-#endif
-  }
-  return make_uint4(o[0], o[1], o[2], o[3]);
-}
-
 __device__ __forceinline__ uint4 dequant8(uint32_t layout, const uint8_t* stage, int chunk, int row, int d0) {
   const uint8_t* p = stage + entry_data_offset(layout, row);
   switch (layout) {
@@ -150,7 +106,7 @@ __device__ __forceinline__ uint4 dequant8(uint32_t layout, const uint8_t* stage,
     case DSV4_KV_LAYOUT_FP8_V4_584B: {
       if (d0 >= kNopeDim) return *reinterpret_cast<const uint4*>(p + kNopeDim + 2 * (d0 - kNopeDim));
       const uint8_t* sc = stage + v4_scale_offset(chunk, row);
-      return fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(p + d0), ue8m0_to_f32(sc[d0 / kV4TileDim]));
+      return fp8x8_to_bf16x8_pow2(*reinterpret_cast<const uint2*>(p + d0), sc[d0 / kV4TileDim]);
     }
     case DSV4_KV_LAYOUT_FP8_V32_656B: {
       if (d0 >= kHeadDim) {
@@ -160,7 +116,7 @@ __device__ __forceinline__ uint4 dequant8(uint32_t layout, const uint8_t* stage,
       return fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(p + d0), s);
     }
     case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR:
-      return fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(p + d0), 1.0f);
+      return fp8x8_to_bf16x8_pow2(*reinterpret_cast<const uint2*>(p + d0), 127u);  // scale 1
     default:
       return make_uint4(0, 0, 0, 0);
   }
@@ -874,6 +830,10 @@ cudaError_t attention_launch(const attention_params& p, size_t smem_bytes, cudaS
     }
   }
   if (err != cudaSuccess || p.num_splits == 1) return err;
+  return combine_launch(p, stream);
+}
+
+cudaError_t combine_launch(const attention_params& p, cudaStream_t stream) {
   const int64_t blocks = static_cast<int64_t>(p.num_tokens) * p.num_heads;
   if (!p.dependent_combine) {
     combine_kernel<<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);

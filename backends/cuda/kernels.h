@@ -75,6 +75,19 @@ cudaError_t attention_configure(int head_tiles, int chunk, size_t smem_bytes);
 int attention_ctas_per_sm(int head_tiles, int chunk, int head_dim_qk, size_t smem_bytes);
 // Enqueues the attention kernel and, when num_splits > 1, the combine kernel.
 cudaError_t attention_launch(const attention_params& p, size_t smem_bytes, cudaStream_t stream);
+// Enqueues the kernel that merges the num_splits partials of every (token, head) (a programmatic
+// dependent launch when p.dependent_combine).
+cudaError_t combine_launch(const attention_params& p, cudaStream_t stream);
+
+// Hopper (sm_90a) kernel, attention_sm90.cu: 64-head tiles (head_groups 1, or 2 as a CTA pair
+// sharing each dequantised chunk), wgmma, a producer warpgroup; one 512-dim layout for both caches,
+// 16-byte aligned caches. The module uses it on compute capability 9.0 when attention_sm90_compiled().
+constexpr int kSm90Heads = 64;
+size_t attention_sm90_smem_bytes();
+bool attention_sm90_compiled();  // the loaded image has the sm_90a kernel (not a PTX JIT of it)
+bool attention_sm90_layouts(uint32_t main_layout, uint32_t extra_layout);  // caches it serves
+cudaError_t attention_sm90_configure();
+cudaError_t attention_sm90_launch(const attention_params& p, cudaStream_t stream);
 
 // Paged mode: builds every token's SWA and compressed lists into the workspace (one thread per token,
 // through backends/common/paged_index.h).

@@ -99,6 +99,7 @@ struct tiling {
   int ctas_per_sm = 1;          // attention CTAs resident per SM
   size_t smem_bytes = 0;
   double chunk_cost = 1.0;      // time of one chunk relative to a 64-head tile (measured on an H200)
+  bool sm90 = false;            // the Hopper wgmma kernel (attention_sm90.cu)
 };
 
 struct plan {
@@ -112,6 +113,9 @@ struct plan {
   // each with half the mma work per chunk (CONFIG1 b=2 on an H200: 24.6 -> 20.8 us with the
   // dependent-launch combine).
   tiling narrow{};
+  // Hopper plans (compute capability 9.0, sm_90a code loaded, one 512-dim layout, > 32 heads) also
+  // hold the wgmma kernel's tiling; runs use it when their caches are 16-byte aligned.
+  tiling sm90{};
   int width[2] = {0, 0};        // list widths (explicit: topk / extra_topk; paged: W / cmp width)
   int chunks[2] = {0, 0};
   size_t stage_bytes = 0;
@@ -168,9 +172,10 @@ tiling wide_tiling(const plan& p) {
   return t;
 }
 
-// The tiling a run of `tokens` tokens uses (the narrow one when it is modelled faster) and its splits.
-tiling choose_tiling(const plan& p, int64_t tokens, split_plan* splits) {
-  const tiling wide = wide_tiling(p);
+// The tiling a run of `tokens` tokens uses (the narrow one when it is modelled faster) and its
+// splits; `sm90_ok`: the run may use the Hopper kernel.
+tiling choose_tiling(const plan& p, int64_t tokens, bool sm90_ok, split_plan* splits) {
+  const tiling wide = sm90_ok && p.sm90.head_tiles != 0 ? p.sm90 : wide_tiling(p);
   *splits = choose_splits(p, wide, tokens);
   if (p.narrow.head_tiles == 0) return wide;
   const split_plan ns = choose_splits(p, p.narrow, tokens);
@@ -290,22 +295,48 @@ dsv4_status size_plan(plan* p) {
     if (nerr != cudaSuccess) return cuda_fail(nerr, "plan: cudaFuncSetAttribute");
     n.ctas_per_sm = attention_ctas_per_sm(n.head_tiles, chunk, o.head_dim_qk, n.smem_bytes);
   }
+  // Hopper: the wgmma kernel (64-head CTAs, pairs for > 64 heads) where it measured faster on an
+  // H200: 65..128 heads (each chunk dequantised once per pair) and bf16 caches. For <= 64 heads over
+  // FP8 caches its single producer warpgroup is slower than the mma.sync kernel (CONFIG1 b=64: 110
+  // vs 88 us). DSV4_CUDA_KERNEL=wgmma uses it wherever it applies (> 32 heads), =mma never.
+  const char* kenv = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_KERNEL") : nullptr;
+  const bool force_sm90 = kenv != nullptr && std::strcmp(kenv, "wgmma") == 0;
+  const bool never_sm90 = kenv != nullptr && std::strcmp(kenv, "mma") == 0;
+  const bool sm90_faster = o.num_heads > kSm90Heads || o.swa_cache.layout == DSV4_KV_LAYOUT_BF16;
+  if (!never_sm90 && (force_sm90 || sm90_faster) && p->ctx->cc_major == 9 && o.head_dim_qk == kHeadDim && o.num_heads > 32 &&
+      attention_sm90_layouts(o.swa_cache.layout, o.extra_cache.layout) &&
+      attention_sm90_smem_bytes() <= p->ctx->smem_optin && attention_sm90_compiled()) {
+    const cudaError_t serr = attention_sm90_configure();
+    if (serr != cudaSuccess) return cuda_fail(serr, "plan: cudaFuncSetAttribute (sm90)");
+    tiling& h = p->sm90;
+    h.head_tiles = kSm90Heads / kMmaRows;
+    h.head_groups = (o.num_heads + kSm90Heads - 1) / kSm90Heads;
+    h.smem_bytes = attention_sm90_smem_bytes();
+    h.ctas_per_sm = 1;
+    // Per-chunk time relative to the mma.sync 64-head tile (H200: bf16 CONFIG1 b=64 55.8 vs 81.1 us;
+    // pairs count as two CTAs, as the mma.sync kernel's two head groups do).
+    h.chunk_cost = 0.7;
+    h.sm90 = true;
+  }
   // Partials: the largest tokens x splits over every T <= max_tokens that uses more than one split
-  // (either tiling; the partials' layout does not depend on it).
+  // (any tiling; the partials' layout does not depend on it).
   size_t rows = 0;
   const int64_t t_max =
       std::min<int64_t>(o.max_tokens, 4LL * p->ctx->sm_count * std::max(p->ctas_per_sm, p->narrow.ctas_per_sm));
   for (int64_t t = 1; t <= t_max; ++t) {
-    split_plan s;
-    choose_tiling(*p, t, &s);
-    if (s.splits > 1) rows = std::max(rows, static_cast<size_t>(t) * static_cast<size_t>(s.splits));
+    for (int sm90_ok = 0; sm90_ok < 2; ++sm90_ok) {
+      split_plan s;
+      choose_tiling(*p, t, sm90_ok != 0, &s);
+      if (s.splits > 1) rows = std::max(rows, static_cast<size_t>(t) * static_cast<size_t>(s.splits));
+    }
   }
   p->partial_rows = rows;
   p->workspace_bytes = align_up(p->lists_bytes);
   if (rows > 0) p->workspace_bytes += partial_bytes_o(rows, o.num_heads) + partial_bytes_ml(rows, o.num_heads);
   // The caller's workspace need not be aligned: keep room to align its start to kAlign.
   if (p->workspace_bytes > 0) p->workspace_bytes += kAlign;
-  std::snprintf(p->kernel, sizeof p->kernel, "cuda-mma-bf16-h%d-k%d/%s", tiles * kMmaRows, chunk,
+  std::snprintf(p->kernel, sizeof p->kernel, "cuda-%s-bf16-h%d-k%d/%s", p->sm90.sm90 ? "wgmma" : "mma",
+                p->sm90.sm90 ? kSm90Heads : tiles * kMmaRows, chunk,
                 o.mode == DSV4_MODE_PAGED ? "paged" : "explicit");
   return DSV4_STATUS_OK;
 }
@@ -338,8 +369,9 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   a.seq_q = run.seq_q > 0 ? run.seq_q : 1;
   a.num_heads = o.num_heads;
   a.head_dim_qk = o.head_dim_qk;
+  const bool caches_aligned = aligned16(run.swa_cache) && aligned16(run.extra_cache);
   split_plan sp;
-  const tiling tl = choose_tiling(p, run.num_tokens, &sp);
+  const tiling tl = choose_tiling(p, run.num_tokens, caches_aligned, &sp);
   a.head_tiles = tl.head_tiles;
   a.head_groups = tl.head_groups;
   a.chunk_keys = p.chunk_keys;
@@ -355,7 +387,7 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   a.max_logits = run.max_logits;
   a.cache[0] = run.swa_cache;
   a.cache[1] = run.extra_cache;
-  a.aligned16 = aligned16(run.swa_cache) && aligned16(run.extra_cache) ? 1 : 0;
+  a.aligned16 = caches_aligned ? 1 : 0;
   const float q_scale = a.q_is_fp8 ? o.q_scale : 1.0f;
   for (int i = 0; i < 2; ++i) {
     a.value_scale[i] = cache_value_scale(a.cache[i]);
@@ -420,7 +452,7 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
     a.partial_o = reinterpret_cast<float*>(part);
     a.partial_ml = reinterpret_cast<float*>(part + partial_bytes_o(p.partial_rows, o.num_heads));
   }
-  const cudaError_t err = attention_launch(a, tl.smem_bytes, stream);
+  const cudaError_t err = tl.sm90 ? attention_sm90_launch(a, stream) : attention_launch(a, tl.smem_bytes, stream);
   if (err != cudaSuccess) return cuda_fail(err, "run: attention launch");
   return DSV4_STATUS_OK;
 }

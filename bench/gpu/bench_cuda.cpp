@@ -109,6 +109,7 @@ ceilings measure_ceilings() {
 struct result {
   float us;
   double tflops, gbs_flashmla, gbs_gathered;
+  char kernel[128];
 };
 
 result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64& rng, dbuf& flush) {
@@ -185,6 +186,8 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   const dsv4_status plan_status = m.iface->plan_create(ctx, &o, &plan);
   unsetenv("DSV4_CUDA_CHUNK");
   DSV4_OK(plan_status);
+  result res{};
+  DSV4_OK(m.iface->plan_get_kernel_name(plan, res.kernel, sizeof res.kernel));
   size_t ws_bytes = 0;
   DSV4_OK(m.iface->plan_get_workspace_size(plan, &ws_bytes));
 
@@ -255,7 +258,6 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   cudaEventDestroy(e1);
   m.iface->plan_destroy(plan);
 
-  result res;
   res.us = median(times) * 1000.0f;
   const double secs = res.us * 1e-6;
   res.tflops = 2.0 * H * static_cast<double>(attended) * (512 + 512) / secs / 1e12;
@@ -353,6 +355,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s <libdsv4-cuda.so> [filter]\n", argv[0]);
     return 2;
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress is visible even if a case hangs
   const std::string filter = argc > 2 ? argv[2] : "";
   try {
     module m(argv[1]);
@@ -369,15 +372,16 @@ int main(int argc, char** argv) {
     std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
     std::printf("ceilings: copy %.0f GB/s (read + write), cuBLAS bf16 GEMM 8192^3 %.0f TFLOP/s\n", ceil.copy_gbs,
                 ceil.gemm_tflops);
-    std::printf("%-34s %10s %9s %11s %11s %8s %8s\n", "case", "us", "TFLOP/s", "GB/s(FMLA)", "GB/s(gath)",
-                "%copy", "%gemm");
+    std::printf("%-34s %10s %9s %11s %11s %8s %8s  %s\n", "case", "us", "TFLOP/s", "GB/s(FMLA)", "GB/s(gath)",
+                "%copy", "%gemm", "kernel");
     dbuf flush(size_t(256) << 20);
     std::mt19937_64 rng(12345);
     for (const bench_case& c : cases()) {
       if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
       const result r = run_case(m, ctx, c, rng, flush);
-      std::printf("%-34s %10.1f %9.1f %11.0f %11.0f %7.1f%% %7.1f%%\n", c.name.c_str(), r.us, r.tflops, r.gbs_flashmla,
-                  r.gbs_gathered, 100.0 * r.gbs_gathered / ceil.copy_gbs, 100.0 * r.tflops / ceil.gemm_tflops);
+      std::printf("%-34s %10.1f %9.1f %11.0f %11.0f %7.1f%% %7.1f%%  %s\n", c.name.c_str(), r.us, r.tflops,
+                  r.gbs_flashmla, r.gbs_gathered, 100.0 * r.gbs_gathered / ceil.copy_gbs,
+                  100.0 * r.tflops / ceil.gemm_tflops, r.kernel);
       std::fflush(stdout);
     }
     m.iface->ctx_destroy(ctx);

@@ -23,7 +23,7 @@ build() {
   local inc="-I$ROOT/include -I$ROOT/backends/include -I$ROOT/backends"
   local t0=$SECONDS
   nvcc -O2 -std=c++17 -gencode arch=compute_${ARCH},code=sm_${ARCH} -Xcompiler -fPIC,-fvisibility=hidden \
-    -Xptxas -v -shared $inc backends/cuda/module.cpp backends/cuda/attention.cu backends/cuda/paged_kv.cu \
+    -Xptxas -v -shared $inc backends/cuda/module.cpp backends/cuda/attention.cu backends/cuda/attention_sm90.cu backends/cuda/paged_kv.cu \
     -cudart static -o "$B/libdsv4-cuda.so" >"$OUT/build_module.log" 2>&1 || { cat "$OUT/build_module.log"; return 1; }
   grep -E "registers|spill" "$OUT/build_module.log" | head -12
   log "module built in $((SECONDS - t0)) s"
@@ -73,7 +73,7 @@ for step in "${STEPS[@]}"; do
       build || exit 1
       for f in "${PROFILE_FILTERS[@]:-CONFIG1 b=64}"; do
         log "ncu: $f"
-        ncu --kernel-name regex:attention_kernel --launch-skip 3 --launch-count 1 --section SpeedOfLight \
+        ncu --kernel-name regex:${KERNEL_REGEX:-attention} --launch-skip 3 --launch-count 1 --section SpeedOfLight \
           --section WarpStateStats --section SchedulerStats --section Occupancy \
           --metrics "regex:smsp__pcsamp_warps_issue_stalled_.*,smsp__inst_executed.sum,smsp__inst_executed_pipe_tensor.sum,smsp__inst_executed_op_ldsm.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed_pipe_xu.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum" \
           "$B/bench_cuda" "$B/libdsv4-cuda.so" "$f" >"$OUT/ncu_$(echo "$f" | tr -c 'a-zA-Z0-9' _).log" 2>&1
@@ -83,11 +83,15 @@ for step in "${STEPS[@]}"; do
       ;;
     sass)
       build || exit 1
-      f="${SASS_CASE:-CONFIG1 h8 b=128}"
-      log "ncu source: $f"
-      ncu --kernel-name regex:attention_kernel --launch-skip 3 --launch-count 1 --section SourceCounters \
-        --page source --print-source sass --csv "$B/bench_cuda" "$B/libdsv4-cuda.so" "$f" >"$OUT/sass.csv" 2>"$OUT/sass.err"
-      python3 scripts/gpu/top_sass.py "$OUT/sass.csv" 60
+      IFS=';' read -r -a SASS_CASES <<<"${SASS_CASE:-CONFIG1 h8 b=128}"
+      for f in "${SASS_CASES[@]}"; do
+        log "ncu source: $f"
+        tag=$(echo "$f" | tr -c 'a-zA-Z0-9' _)
+        ncu --kernel-name regex:${KERNEL_REGEX:-attention} --launch-skip 3 --launch-count 1 --section SourceCounters \
+          --section WarpStateStats --page source --print-source sass --csv "$B/bench_cuda" "$B/libdsv4-cuda.so" "$f" \
+          >"$OUT/sass_$tag.csv" 2>"$OUT/sass_$tag.err"
+        python3 scripts/gpu/top_sass.py "$OUT/sass_$tag.csv" 60 | tee "$OUT/top_$tag.txt"
+      done
       ;;
     cmake)
       log "cmake build ($(ls /usr/include/gtest >/dev/null 2>&1 && echo with || echo without) GTest)"

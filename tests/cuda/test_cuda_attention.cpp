@@ -45,6 +45,7 @@ struct explicit_case {
   float softmax_scale = 0.0f;   // 0 = d^-0.5
   int max_tokens = 0;           // plan capacity (0 = batch * seq_q)
   bool small_chunk = false;     // DSV4_CUDA_CHUNK=32: the variant for GPUs with little shared memory
+  const char* kernel = nullptr;  // DSV4_CUDA_KERNEL: "wgmma" forces the Hopper kernel where it applies
 };
 
 struct context_holder {
@@ -411,14 +412,17 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
   P.c = c;
   build_explicit(P, rng);
   if (c.small_chunk) setenv("DSV4_CUDA_CHUNK", "32", 1);
+  if (c.kernel != nullptr) setenv("DSV4_CUDA_KERNEL", c.kernel, 1);
   std::unique_ptr<plan_holder> plan_ptr;
   try {
     plan_ptr = std::make_unique<plan_holder>(m.iface, ctx, P.options);
   } catch (...) {
     unsetenv("DSV4_CUDA_CHUNK");
+    if (c.kernel != nullptr) unsetenv("DSV4_CUDA_KERNEL");
     throw;
   }
   unsetenv("DSV4_CUDA_CHUNK");
+  if (c.kernel != nullptr) unsetenv("DSV4_CUDA_KERNEL");
   plan_holder& plan = *plan_ptr;
   // The workspace pointer is deliberately not 16-byte aligned (the ABI promises no alignment).
   P.d_ws = dbuf(plan.workspace + 16);
@@ -781,6 +785,78 @@ std::vector<explicit_case> explicit_cases() {
     c.kv_scale = 0.0125f;
     add(c);
   }
+  // Shapes aimed at the Hopper kernel (> 32 heads, one 512-dim layout): partial 64-head groups,
+  // CTA pairs with a partial second group, every layout it serves, fp8 q, and mixed layouts (which
+  // fall back to the mma.sync kernel).
+  for (int h : {40, 96}) {
+    explicit_case c;
+    c.name = "sm90-v4-h" + std::to_string(h);
+    c.kernel = "wgmma";
+    c.heads = h;
+    c.topk = 200;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 130;
+    c.block = 61;
+    c.extra_block = 2;
+    add(c);
+  }
+  {
+    explicit_case c;
+    c.name = "sm90-bf16-h128-sq1";
+    c.layout = DSV4_KV_LAYOUT_BF16;
+    c.extra_layout = DSV4_KV_LAYOUT_BF16;
+    c.heads = 128;
+    c.seq_q = 1;
+    c.batch = 9;
+    c.topk = 64;
+    c.extra_topk = 257;
+    add(c);
+  }
+  {
+    explicit_case c;
+    c.name = "sm90-per-tensor-fp8-q-h64";
+    c.kernel = "wgmma";
+    c.layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+    c.heads = 64;
+    c.topk = 70;
+    c.extra_topk = 128;
+    c.q_fp8 = true;
+    c.kv_scale = 0.0125f;
+    add(c);
+  }
+  {
+    explicit_case c;  // FP8 64 heads (mma.sync by default), splits over 160 tokens, on the Hopper kernel
+    c.name = "sm90-v4-decode-h64-b80";
+    c.kernel = "wgmma";
+    c.batch = 80;
+    c.topk = 96;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 64;
+    add(c);
+  }
+  {
+    explicit_case c;
+    c.name = "sm90-csr-v4-h64-T300";
+    c.kernel = "wgmma";
+    c.csr = true;
+    c.lengths = false;
+    c.batch = 150;
+    c.topk = 150;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 70;
+    add(c);
+  }
+  {
+    explicit_case c;
+    c.name = "sm90-mixed-layouts-h64";
+    c.kernel = "wgmma";
+    c.layout = DSV4_KV_LAYOUT_BF16;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.topk = 128;
+    c.extra_topk = 64;
+    add(c);
+  }
   {
     explicit_case c;
     c.name = "per-tensor-bf16-q";
@@ -885,6 +961,7 @@ int main(int argc, char** argv) {
   const char* env_seed = std::getenv("DSV4_TEST_SEED");
   g_seed = env_seed != nullptr ? std::strtoull(env_seed, nullptr, 0) : std::random_device{}() * 0x100000001ull;
   const std::string filter = argc > 2 ? argv[2] : "";
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress is visible even if a case hangs
   try {
     module m(argv[1]);
     std::unique_ptr<module> cpu;

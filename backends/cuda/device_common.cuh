@@ -1,0 +1,99 @@
+// Device helpers shared by the CUDA attention kernels: PTX wrappers (shared-memory addresses,
+// cp.async) and FP8 -> bf16 conversion of 8 values at a time. Values always equal the shared
+// codecs' (backends/common/codec.h): round_to_bf16(fp8_e4m3_to_f32(b) * scale).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "common/codec.h"
+
+namespace dsv4 {
+namespace cuda {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  return static_cast<uint32_t>(f32_to_bf16(lo)) | (static_cast<uint32_t>(f32_to_bf16(hi)) << 16);
+}
+
+// 8 e4m3 bytes times a scale, each product rounded to bf16: round_to_bf16(fp8_e4m3_to_f32(b) * s).
+// sm_89+ converts pairs in hardware (e4m3 -> f16 is exact, f16 -> f32 exact, then the same fp32
+// product and RNE narrowing), elsewhere the shared codec; the values are identical (NaN payloads
+// aside).
+__device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 raw, float scale) {
+  const uint32_t w[2] = {raw.x, raw.y};
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = w[i / 2];
+    const int sh = (i % 2) * 16;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t h2;
+    const uint16_t pair = static_cast<uint16_t>(word >> sh);
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(pair));
+    const float a = __half2float(__ushort_as_half(static_cast<unsigned short>(h2 & 0xffffu))) * scale;
+    const float b = __half2float(__ushort_as_half(static_cast<unsigned short>(h2 >> 16))) * scale;
+    const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    o[i] = *reinterpret_cast<const uint32_t*>(&v);
+#else
+    const float a = fp8_e4m3_to_f32(static_cast<uint8_t>(word >> sh)) * scale;
+    const float b = fp8_e4m3_to_f32(static_cast<uint8_t>(word >> (sh + 8))) * scale;
+    o[i] = pack_bf16(a, b);
+#endif
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+// Nonzero when one of the 4 bytes is an e4m3 NaN (low 7 bits all set).
+__device__ __forceinline__ uint32_t e4m3x4_has_nan(uint32_t w) {
+  return ((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
+}
+
+// Whether fp8x8_to_bf16x8_pow2_fast is exact for a UE8M0 byte e: products of e4m3 values with
+// 2^(e - 127) are normal bf16 numbers for 10 <= e <= 134 (results in [2^-126, 2^16)).
+__device__ __forceinline__ bool pow2_scale_is_fast(uint32_t e) { return e - 10u <= 124u; }
+
+// 8 e4m3 bytes (no NaN) times the power of two 2^(e - 127) (pow2_scale_is_fast(e); e = 127 is
+// scale 1), with integer operations and one bf16 multiply per pair. Bits s.eeee.mmm moved to bf16
+// bits s.0000eeee.mmm0000 are the value times 2^-120 exactly (normals and subnormals alike); the
+// bf16 product with 2^(e - 7) is then exact, so the values equal the codec's.
+__device__ __forceinline__ uint4 fp8x8_to_bf16x8_pow2_fast(uint2 raw, uint32_t e) {
+  const uint32_t m16 = (e + 120u) << 7;  // bf16 bits of 2^(e - 7)
+  const uint32_t mul_bits = m16 | (m16 << 16);
+  const __nv_bfloat162 mul = *reinterpret_cast<const __nv_bfloat162*>(&mul_bits);
+  const uint32_t w[2] = {raw.x, raw.y};
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    // Bytes (2k, 2k+1) of the word into the high bytes of two 16-bit lanes, then shifted to bf16.
+    const uint32_t t = __byte_perm(w[i / 2], 0u, (i % 2) ? 0x3424u : 0x1404u);
+    const uint32_t bits = (t & 0x80008000u) | ((t >> 4) & 0x07f007f0u);
+    const __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits), mul);
+    o[i] = *reinterpret_cast<const uint32_t*>(&v);
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+// The same for any UE8M0 byte and NaN bytes: the fast path where it is exact, else fp32.
+__device__ __forceinline__ uint4 fp8x8_to_bf16x8_pow2(uint2 raw, uint32_t e) {
+  if (!pow2_scale_is_fast(e) || (e4m3x4_has_nan(raw.x) | e4m3x4_has_nan(raw.y)) != 0u) {
+    return fp8x8_to_bf16x8(raw, ue8m0_to_f32(static_cast<uint8_t>(e)));
+  }
+  return fp8x8_to_bf16x8_pow2_fast(raw, e);
+}
+
+}  // namespace cuda
+}  // namespace dsv4
