@@ -28,7 +28,6 @@ namespace dsv4 {
 namespace cuda {
 namespace {
 
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kSRowPad = 4;   // fp32 S rows: 68 floats
 constexpr int kBf16Pad = 8;   // bf16 rows padded by 16 bytes: ldmatrix without bank conflicts
 
@@ -626,13 +625,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       const int half = rh % 2;
       const int r = (pv_tile0 + j) * 16 + g + 8 * half;
       const int h = head0 + r;
-      const float l = l_s[r];
-      float factor = 0.0f;  // empty row: output 0
-      if (!(l == 0.0f) && h < p.num_heads) {
-        const float lse = (m_s[r] + log2f(l)) * kLn2;
-        const float sink_factor = p.attn_sink != nullptr ? 1.0f / (1.0f + expf(p.attn_sink[h] - lse)) : 1.0f;
-        factor = sink_factor / l;
-      }
+      const float factor = row_output_factor(p, h, m_s[r], l_s[r]);
 #pragma unroll
       for (int n = 0; n < NV; ++n) {
         const int d = dim0 + n * 8 + 2 * tig;
@@ -647,28 +640,9 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       const int d = (u % kUnits) * 8;
       const int h = head0 + r;
       if (h >= p.num_heads) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(o_s + r * OS + d);
-      uint16_t* out = static_cast<uint16_t*>(p.out.data) + token_offset(p.out, t, p.seq_q, h) + d;
-      if (p.out_aligned16) {
-        *reinterpret_cast<uint4*>(out) = v;
-      } else {
-        const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
-        for (int i = 0; i < 8; ++i) out[i] = e[i];
-      }
+      store_out8(p, t, h, d, *reinterpret_cast<const uint4*>(o_s + r * OS + d));
     }
-    if (tid < HT && head0 + tid < p.num_heads) {
-      const int h = head0 + tid;
-      const float l = l_s[tid];
-      const bool empty = l == 0.0f;
-      if (p.lse.data != nullptr) {
-        static_cast<float*>(p.lse.data)[token_offset(p.lse, t, p.seq_q, h)] =
-            empty ? INFINITY : (m_s[tid] + log2f(l)) * kLn2;
-      }
-      if (p.max_logits.data != nullptr) {
-        static_cast<float*>(p.max_logits.data)[token_offset(p.max_logits, t, p.seq_q, h)] =
-            empty ? -INFINITY : m_s[tid] * kLn2;
-      }
-    }
+    if (tid < HT && head0 + tid < p.num_heads) write_row_stats(p, t, head0 + tid, m_s[tid], l_s[tid]);
   } else {
     const int64_t base = (t * p.num_splits + split) * p.num_heads;
 #pragma unroll
@@ -709,13 +683,7 @@ __global__ void __launch_bounds__(128) combine_kernel(const attention_params p) 
   float l = 0.0f;
   for (int s = 0; s < S; ++s) l += ml[s * ml_step + 1] * exp2f(ml[s * ml_step] - m_use);
   const bool empty = l == 0.0f;
-  float factor = 0.0f;
-  float lse = INFINITY;
-  if (!empty) {
-    lse = (m + log2f(l)) * kLn2;
-    const float sink_factor = p.attn_sink != nullptr ? 1.0f / (1.0f + expf(p.attn_sink[h] - lse)) : 1.0f;
-    factor = sink_factor / l;
-  }
+  const float factor = row_output_factor(p, h, m, l);
   const int d = threadIdx.x * 4;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (!empty) {
@@ -735,13 +703,7 @@ __global__ void __launch_bounds__(128) combine_kernel(const attention_params p) 
   uint16_t* out = static_cast<uint16_t*>(p.out.data) + token_offset(p.out, t, p.seq_q, h);
 #pragma unroll
   for (int i = 0; i < 4; ++i) out[d + i] = f32_to_bf16(acc[i] * factor);
-  if (threadIdx.x == 0) {
-    if (p.lse.data != nullptr) static_cast<float*>(p.lse.data)[token_offset(p.lse, t, p.seq_q, h)] = lse;
-    if (p.max_logits.data != nullptr) {
-      static_cast<float*>(p.max_logits.data)[token_offset(p.max_logits, t, p.seq_q, h)] =
-          empty ? -INFINITY : m * kLn2;
-    }
-  }
+  if (threadIdx.x == 0) write_row_stats(p, t, h, m, l);
 }
 
 template <int HEAD_TILES, int CHUNK>

@@ -55,8 +55,6 @@ static_assert(kRows * kOutStride <= 2 * kOperandBytes, "output staging fits in t
 constexpr size_t kSmemBytes = sm90_map::total + 1024;      // + alignment slack
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-constexpr float kLn2 = 0.6931471805599453f;
-
 // Byte offset of 16-byte unit `unit` (8 dims) of row `row` in a 128B-swizzled 64-row operand:
 // 64-dim columns of 8 KB, rows of 128 bytes, the unit's position XORed with row % 8 (the
 // hardware's Swizzle<3,4,3> on a 1024-byte aligned base).
@@ -367,13 +365,7 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
     for (int h = 0; h < 2; ++h) {
       const int r = row0 + 8 * h;
       const int head = st.head0 + r;
-      const float l = l_fin[r];
-      float factor = 0.0f;  // empty row: output 0
-      if (!(l == 0.0f) && head < p.num_heads) {
-        const float lse = (m_fin[r] + log2f(l)) * kLn2;
-        const float sink = p.attn_sink != nullptr ? 1.0f / (1.0f + expf(p.attn_sink[head] - lse)) : 1.0f;
-        factor = sink / l;
-      }
+      const float factor = row_output_factor(p, head, m_fin[r], l_fin[r]);
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
         const int d = dim0 + 8 * j + 2 * tig;
@@ -388,28 +380,9 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
       const int d = (u % kUnits) * 8;
       const int head = st.head0 + r;
       if (head >= p.num_heads) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(stage + r * kOutStride + 2 * d);
-      uint16_t* out = static_cast<uint16_t*>(p.out.data) + token_offset(p.out, t, p.seq_q, head) + d;
-      if (p.out_aligned16) {
-        *reinterpret_cast<uint4*>(out) = v;
-      } else {
-        const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
-        for (int k = 0; k < 8; ++k) out[k] = e[k];
-      }
+      store_out8(p, t, head, d, *reinterpret_cast<const uint4*>(stage + r * kOutStride + 2 * d));
     }
-    if (tid < kRows && st.head0 + tid < p.num_heads) {
-      const int head = st.head0 + tid;
-      const float l = l_fin[tid];
-      const bool empty = l == 0.0f;
-      if (p.lse.data != nullptr) {
-        static_cast<float*>(p.lse.data)[token_offset(p.lse, t, p.seq_q, head)] =
-            empty ? INFINITY : (m_fin[tid] + log2f(l)) * kLn2;
-      }
-      if (p.max_logits.data != nullptr) {
-        static_cast<float*>(p.max_logits.data)[token_offset(p.max_logits, t, p.seq_q, head)] =
-            empty ? -INFINITY : m_fin[tid] * kLn2;
-      }
-    }
+    if (tid < kRows && st.head0 + tid < p.num_heads) write_row_stats(p, t, st.head0 + tid, m_fin[tid], l_fin[tid]);
   } else {
     const int64_t pbase = (t * p.num_splits + st.split) * p.num_heads;
 #pragma unroll

@@ -8,6 +8,8 @@
 #include <stdint.h>
 
 #include "common/codec.h"
+#include "common/index.h"
+#include "kernels.h"
 
 namespace dsv4 {
 namespace cuda {
@@ -93,6 +95,41 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8_pow2(uint2 raw, uint32_t e) {
     return fp8x8_to_bf16x8(raw, ue8m0_to_f32(static_cast<uint8_t>(e)));
   }
   return fp8x8_to_bf16x8_pow2_fast(raw, e);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Finishing a (token, head) row: every attention kernel and the split combine end the same way.
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Factor for the unnormalised O of head h from its running max m (log2 domain) and sum l: the
+// attention sink applied; 0 for an empty row (no valid key) and for padding heads.
+__device__ __forceinline__ float row_output_factor(const attention_params& p, int h, float m, float l) {
+  if (l == 0.0f || h >= p.num_heads) return 0.0f;
+  const float lse = (m + log2f(l)) * kLn2;
+  const float sink_factor = p.attn_sink != nullptr ? 1.0f / (1.0f + expf(p.attn_sink[h] - lse)) : 1.0f;
+  return sink_factor / l;
+}
+
+// lse and max_logits of (t, h) when requested (empty row: +inf / -inf).
+__device__ __forceinline__ void write_row_stats(const attention_params& p, int64_t t, int h, float m, float l) {
+  const bool empty = l == 0.0f;
+  if (p.lse.data != nullptr) {
+    static_cast<float*>(p.lse.data)[token_offset(p.lse, t, p.seq_q, h)] = empty ? INFINITY : (m + log2f(l)) * kLn2;
+  }
+  if (p.max_logits.data != nullptr) {
+    static_cast<float*>(p.max_logits.data)[token_offset(p.max_logits, t, p.seq_q, h)] = empty ? -INFINITY : m * kLn2;
+  }
+}
+
+// 8 finished bf16 outputs (dims [d, d + 8)) of (t, h): one 16-byte store when out rows allow it.
+__device__ __forceinline__ void store_out8(const attention_params& p, int64_t t, int h, int d, uint4 v) {
+  uint16_t* out = static_cast<uint16_t*>(p.out.data) + token_offset(p.out, t, p.seq_q, h) + d;
+  if (p.out_aligned16) {
+    *reinterpret_cast<uint4*>(out) = v;
+  } else {
+    const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
+    for (int i = 0; i < 8; ++i) out[i] = e[i];
+  }
 }
 
 }  // namespace cuda
