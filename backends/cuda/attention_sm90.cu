@@ -2,15 +2,16 @@
 //
 // One CTA = one (token, key split, 64-head group); 384 threads in three warpgroups:
 //   WG2 (producer): gathers the chunk's key rows (64 list positions) from the caches into
-//       registers, dequantises them to bf16 and stores them into one of two K buffers (128-byte
-//       swizzled wgmma layout); a per-buffer mbarrier pair (full / empty) hands buffers over.
+//       registers (all of a chunk's loads in flight at once), dequantises FP8 rows to bf16 and
+//       stores them into one of two K buffers (128-byte swizzled wgmma layout); bf16 rows are copied
+//       there with cp.async. A per-buffer mbarrier pair (full / empty) hands buffers over.
 //   WG0: S = Q K^T (wgmma m64n64k16, Q and K from shared memory), online softmax in registers,
 //       P (bf16) to shared memory for WG1, O[:, 0:256] += P V with P straight from registers.
 //   WG1: O[:, 256:512] += P V with P from shared memory (alpha from WG0 rescales O first).
 // V is the K buffer itself read as an MN-major operand (the same bytes, no transpose).
-// For 65..128 heads two CTAs (the two head groups of a token and split) form a cluster: each
-// producer dequantises half of every chunk and writes it into both CTAs' buffers (distributed
-// shared memory), so each key row is gathered and converted once for all 128 heads.
+// For 65..128 heads over FP8 caches two CTAs (the two head groups of a token and split) form a
+// cluster: each producer dequantises half of every chunk and writes it into both CTAs' buffers
+// (distributed shared memory), so each key row is gathered and converted once for all 128 heads.
 // Numerics match attention.cu: logits scaled in fp32 (base 2), P rounded to bf16, fp32 O and sums.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -55,6 +56,19 @@ static_assert(kRows * kOutStride <= 2 * kOperandBytes, "output staging fits in t
 constexpr size_t kSmemBytes = sm90_map::total + 1024;      // + alignment slack
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Row formats the producer handles (one kernel per layout).
+template <uint32_t L>
+struct row_format {
+  static constexpr bool kBf16 = L == DSV4_KV_LAYOUT_BF16;
+  static constexpr bool kV4 = L == DSV4_KV_LAYOUT_FP8_V4_584B;
+  static constexpr int kFp8Groups = kBf16 ? 0 : (kV4 ? kNopeDim : kHeadDim) / 64;  // 64 fp8 bytes each
+  static constexpr int kRopeGroups = kV4 ? 2 * kRopeDim / 64 : 0;                  // 64 bf16 bytes each
+  static constexpr int kRopeUnit0 = kNopeDim / 8;                                  // first rope unit
+  static_assert(kBf16 || (kFp8Groups * 64 + kRopeGroups * 32 == kHeadDim && kV4 == (kRopeGroups > 0) &&
+                          kRopeUnit0 * 8 == kNopeDim),
+                "an FP8 row is its fp8 groups (64 dims each) and rope groups (32 dims each)");
+};
+
 // Byte offset of 16-byte unit `unit` (8 dims) of row `row` in a 128B-swizzled 64-row operand:
 // 64-dim columns of 8 KB, rows of 128 bytes, the unit's position XORed with row % 8 (the
 // hardware's Swizzle<3,4,3> on a 1024-byte aligned base).
@@ -63,10 +77,16 @@ __device__ __forceinline__ uint32_t sw128(int row, int unit) {
 }
 
 // wgmma shared-memory descriptor, 128-byte swizzle. K-major operands ignore `lbo`; MN-major ones
-// use it as the stride between 64-element column blocks; `sbo` is the stride between 8-row groups.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return static_cast<uint64_t>((addr & 0x3ffffu) >> 4) | (static_cast<uint64_t>((lbo >> 4) & 0x3fffu) << 16) |
-         (static_cast<uint64_t>((sbo >> 4) & 0x3fffu) << 32) | (1ull << 62);
+// use it as the stride between 64-element column blocks; the stride between 8-row groups is 1024
+// bytes for every operand here, so the high word is a constant and only the low word (start address
+// in 16-byte units, lbo) is computed. The address field cannot carry out inside shared memory.
+constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);
+__device__ __forceinline__ uint32_t desc_lo(uint32_t addr, uint32_t lbo) {
+  return ((addr & 0x3ffffu) >> 4) | (((lbo >> 4) & 0x3fffu) << 16);
+}
+// The descriptor of the operand whose low word is `lo`, `bytes` further on.
+__device__ __forceinline__ uint64_t desc_at(uint32_t lo, uint32_t bytes) {
+  return (static_cast<uint64_t>(kDescHi) << 32) | (lo + (bytes >> 4));
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -161,91 +181,127 @@ struct chunk_walk {
   }
 };
 
-// Producer: each warp converts whole rows, lanes over contiguous 16-byte pieces of the row (one
-// or two coalesced loads per lane) and each lane writes 2 of the row's 64 swizzled 16-byte units
-// (8 lanes fill one 128-byte swizzle row: no bank conflicts). Per layout, lane l holds:
-//   584 B FP8: lanes 0-27 the 16 fp8 bytes of dims [16l, 16l+16) (UE8M0 tile l/4), lanes 28-31 two
-//              16-byte pieces of the bf16 rope (dims 448 + 16(l-28) ...);
-//   per-tensor FP8: the 16 fp8 bytes of dims [16l, 16l+16) (scale 1, applied to the logits);
-//   bf16: units l and l + 32.
-struct row_piece {
-  uint4 a, b;
-  uint32_t e;  // UE8M0 exponent byte (FP8 layouts)
+// Producer lane map: thread (warp w, lane l) owns rows r = row_base + 32 k + 8 w + (l & 7) of every
+// chunk (k < 2 / CLUSTER; row_base = 32 rank in a CTA pair) and the 16-byte piece q = l >> 3 of each
+// 64-byte group of those rows. A warp instruction reads 8 rows x 64 contiguous bytes; its 16-byte
+// shared stores fall 4 per bank group of the 128B swizzle (conflict-free); every load of a thread's
+// rows is in flight at once (one memory round trip per chunk, none spent on shuffles).
+
+// One thread's share of one FP8 row: 16 fp8 bytes of each group, 16 rope bytes of each rope group,
+// the row's 8 UE8M0 bytes (584 B layout; the per-tensor layout has scale 1, applied to the logits).
+template <uint32_t L>
+struct row_share {
+  uint4 fp8[row_format<L>::kFp8Groups > 0 ? row_format<L>::kFp8Groups : 1];
+  uint4 rope[row_format<L>::kRopeGroups > 0 ? row_format<L>::kRopeGroups : 1];
+  uint2 scales;
 };
 
+__device__ __forceinline__ uint2 ld_nc8(const uint8_t* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+// An invalid row (src nullptr) becomes zeros with scale 1, which convert to bf16 zeros.
 template <uint32_t L>
-__device__ __forceinline__ void load_piece(row_piece& r, const uint8_t* src, const uint8_t* sc, int lane) {
-  if constexpr (L == DSV4_KV_LAYOUT_FP8_V4_584B) {
-    if (lane < 28) {
-      r.a = ld_nc16(src + 16 * lane);
-      r.e = __ldg(sc + lane / 4);
-    } else {
-      r.a = ld_nc16(src + kNopeDim + 32 * (lane - 28));
-      r.b = ld_nc16(src + kNopeDim + 32 * (lane - 28) + 16);
-    }
-  } else if constexpr (L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR) {
-    r.a = ld_nc16(src + 16 * lane);
-    r.e = 127u;
-  } else {
-    r.a = ld_nc16(src + 16 * lane);
-    r.b = ld_nc16(src + 512 + 16 * lane);
+__device__ __forceinline__ void load_share(row_share<L>& r, const uint8_t* src, const uint8_t* sc, int q) {
+  using F = row_format<L>;
+  if (src == nullptr) {
+#pragma unroll
+    for (int g = 0; g < F::kFp8Groups; ++g) r.fp8[g] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int g = 0; g < F::kRopeGroups; ++g) r.rope[g] = make_uint4(0, 0, 0, 0);
+    r.scales = make_uint2(0x7f7f7f7fu, 0x7f7f7f7fu);
+    return;
   }
+#pragma unroll
+  for (int g = 0; g < F::kFp8Groups; ++g) r.fp8[g] = ld_nc16(src + 64 * g + 16 * q);
+#pragma unroll
+  for (int g = 0; g < F::kRopeGroups; ++g) r.rope[g] = ld_nc16(src + kNopeDim + 64 * g + 16 * q);
+  if constexpr (F::kV4) r.scales = ld_nc8(sc);
 }
 
-// Two fp8x8 halves of a 16-byte piece -> two bf16 units (the integer path when exact).
-__device__ __forceinline__ void convert_piece(const uint4& w, uint32_t e, uint4* u0, uint4* u1) {
-  const uint2 lo = make_uint2(w.x, w.y);
-  const uint2 hi = make_uint2(w.z, w.w);
-  if (pow2_scale_is_fast(e) && (e4m3x4_has_nan(w.x) | e4m3x4_has_nan(w.y) | e4m3x4_has_nan(w.z) |
-                                e4m3x4_has_nan(w.w)) == 0u) {
-    *u0 = fp8x8_to_bf16x8_pow2_fast(lo, e);
-    *u1 = fp8x8_to_bf16x8_pow2_fast(hi, e);
-  } else {
-    const float scale = ue8m0_to_f32(static_cast<uint8_t>(e));
-    *u0 = fp8x8_to_bf16x8(lo, scale);
-    *u1 = fp8x8_to_bf16x8(hi, scale);
-  }
+// One 16-byte unit at byte offset `off` of this CTA's buffer and, in a CTA pair, the peer's.
+template <int CLUSTER>
+__device__ __forceinline__ void put_unit(uint8_t* local, uint32_t remote, uint32_t off, uint4 v) {
+  *reinterpret_cast<uint4*>(local + off) = v;
+  if constexpr (CLUSTER > 1) st_remote16(remote + off, v);
 }
 
-// Stores a lane's two units of `row` (zeros for an invalid row) into the buffer(s): `local` is this
-// CTA's buffer, `remote` (CLUSTER > 1) the peer's shared::cluster address of the same buffer.
+// A thread's units of one row sit at 4 positions of the 128B swizzle, the same in every 64-dim
+// column: fp8 group g writes units 8g + 2q + {0, 1}, rope group g unit 56 + 4g + q. Offsets within
+// column 0 (add g * kColBytes), computed once per row so the hot loop adds immediates only.
+struct row_slots {
+  uint32_t fp8[2];
+  uint32_t rope[2];
+};
+__device__ __forceinline__ row_slots make_row_slots(int row, int q) {
+  row_slots s;
+  s.fp8[0] = sw128(row, 2 * q);
+  s.fp8[1] = sw128(row, 2 * q + 1);
+  s.rope[0] = sw128(row, q);
+  s.rope[1] = sw128(row, 4 + q);
+  return s;
+}
+
+// UE8M0 byte of 64-dim group g (584 B layout); the per-tensor layout's scale is 1 (127).
+template <uint32_t L>
+__device__ __forceinline__ uint32_t group_scale(uint2 scales, int g) {
+  if constexpr (!row_format<L>::kV4) return 127u;
+  return ((g < 4 ? scales.x : scales.y) >> (8 * (g % 4))) & 0xffu;
+}
+
+// Dequantises and stores a thread's share of a row with the integer path;
+// returns the groups where that path is not exact (NaN bytes, scales near the ends of the range),
+// which fix_groups redoes afterwards. Keeping that rare path out of the unrolled loop keeps the
+// kernel small (and free of calls, which would cost the consumers their register budgets).
 template <uint32_t L, int CLUSTER>
-__device__ __forceinline__ void store_piece(const row_piece& r, bool valid, int row, int lane, uint8_t* local,
-                                            uint32_t remote) {
-  int unit0, unit1;
-  uint4 u0 = make_uint4(0, 0, 0, 0);
-  uint4 u1 = u0;
-  if constexpr (L == DSV4_KV_LAYOUT_BF16) {
-    unit0 = lane;
-    unit1 = lane + 32;
-    if (valid) {
-      u0 = r.a;
-      u1 = r.b;
-    }
-  } else {
-    unit0 = 2 * lane;
-    unit1 = 2 * lane + 1;
-    if (valid) {
-      if (L == DSV4_KV_LAYOUT_FP8_V4_584B && lane >= 28) {
-        u0 = r.a;
-        u1 = r.b;
-      } else {
-        convert_piece(r.a, r.e, &u0, &u1);
-      }
-    }
+__device__ __forceinline__ uint32_t store_share(const row_share<L>& r, const row_slots& slot, uint8_t* local,
+                                                uint32_t remote) {
+  using F = row_format<L>;
+  uint32_t inexact = 0;
+#pragma unroll
+  for (int g = 0; g < F::kFp8Groups; ++g) {
+    const uint4& w = r.fp8[g];
+    const uint32_t e = group_scale<L>(r.scales, g);
+    const uint32_t nan = e4m3x4_has_nan(w.x) | e4m3x4_has_nan(w.y) | e4m3x4_has_nan(w.z) | e4m3x4_has_nan(w.w);
+    inexact |= (!pow2_scale_is_fast(e) || nan != 0u) ? 1u << g : 0u;
+    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.fp8[0], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.x, w.y), e));
+    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.fp8[1], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.z, w.w), e));
   }
-  const uint32_t off0 = sw128(row, unit0);
-  const uint32_t off1 = sw128(row, unit1);
-  *reinterpret_cast<uint4*>(local + off0) = u0;
-  *reinterpret_cast<uint4*>(local + off1) = u1;
-  if constexpr (CLUSTER > 1) {
-    st_remote16(remote + off0, u0);
-    st_remote16(remote + off1, u1);
+#pragma unroll
+  for (int g = 0; g < F::kRopeGroups; ++g) {
+    put_unit<CLUSTER>(local, remote, F::kRopeUnit0 / 8 * kColBytes + slot.rope[g], r.rope[g]);
+  }
+  return inexact;
+}
+
+// Rewrites the `inexact` groups of a thread's share of `row` through fp32 (reloading their bytes).
+template <uint32_t L, int CLUSTER>
+__device__ __forceinline__ void fix_groups(uint32_t inexact, const uint8_t* src, uint2 scales, const row_slots& slot,
+                                           int q, uint8_t* local, uint32_t remote) {
+#pragma unroll 1
+  for (; inexact != 0u; inexact &= inexact - 1u) {
+    const int g = __ffs(inexact) - 1;
+    const uint4 w = ld_nc16(src + 64 * g + 16 * q);
+    const float s = ue8m0_to_f32(static_cast<uint8_t>(group_scale<L>(scales, g)));
+    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.fp8[0], fp8x8_to_bf16x8(make_uint2(w.x, w.y), s));
+    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.fp8[1], fp8x8_to_bf16x8(make_uint2(w.z, w.w), s));
   }
 }
 
-// Resolves list position `pos` of token t (count = the list's candidate count) to its row and
-// scale pointers; nullptr when the candidate is not valid (spec 2.3).
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(fill ? 16 : 0)
+               : "memory");
+}
+// Arrives on `bar` once every cp.async this thread issued so far has landed (the barrier's count
+// includes these arrivals: .noinc).
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Resolves list entry `idx` (a slot of list li's cache) to its row and scale pointers; nullptr when
+// the candidate is not valid (spec 2.3).
 __device__ __forceinline__ void resolve_index(const attention_params& p, int li, int32_t idx, const uint8_t** src,
                                               const uint8_t** sc) {
   *src = nullptr;
@@ -258,48 +314,18 @@ __device__ __forceinline__ void resolve_index(const attention_params& p, int li,
   *sc = block + v4_scale_offset(cache.block_size, e);
 }
 
-// The list entry of chunk c at the position of this lane's row (-1 past the candidate count or for
-// lanes beyond the warp's rows).
-__device__ __forceinline__ int32_t load_chunk_index(const attention_params& p, const chunk_walk& walk, int c,
-                                                    int64_t t, int row) {
-  if (c >= walk.c_end) return -1;
-  const int li = walk.list_of(c);
-  const int pos = walk.pos0(c) + row;
-  return pos < walk.counts[li] ? list_entry(p.list[li], t, p.seq_q, pos) : -1;
-}
-
-// One chunk: the warp's RPW rows in batches of 8 (loads of a batch in flight together).
-template <uint32_t L, int CLUSTER, int RPW>
-__device__ __forceinline__ void produce_chunk(const attention_params& p, int li, int32_t idx, int lane, int row0,
-                                              uint8_t* kbuf, uint32_t kbuf_remote, uint8_t* valid,
-                                              uint32_t valid_remote, uint32_t empty_bar, uint32_t empty_parity) {
-  // Lane j < RPW resolves row row0 + j; rows are broadcast to the whole warp below.
-  const uint8_t* my_src;
-  const uint8_t* my_sc;
-  resolve_index(p, li, idx, &my_src, &my_sc);
-  constexpr int kBatch = 8;
+// The list entries of chunk c at this thread's rows (-1 past the candidate count).
+template <int N>
+__device__ __forceinline__ void load_chunk_indices(const attention_params& p, const chunk_walk& walk, int c, int64_t t,
+                                                   const int* rows, int32_t* idx) {
 #pragma unroll
-  for (int b0 = 0; b0 < RPW; b0 += kBatch) {
-    row_piece r[kBatch];
-    bool ok[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const uint8_t* src = reinterpret_cast<const uint8_t*>(
-          __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(my_src), b0 + j));
-      const uint8_t* sc = reinterpret_cast<const uint8_t*>(
-          __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(my_sc), b0 + j));
-      ok[j] = src != nullptr;
-      if (ok[j]) load_piece<L>(r[j], src, sc, lane);
+  for (int k = 0; k < N; ++k) {
+    idx[k] = -1;
+    if (c < walk.c_end) {
+      const int li = walk.list_of(c);
+      const int pos = walk.pos0(c) + rows[k];
+      if (pos < walk.counts[li]) idx[k] = list_entry(p.list[li], t, p.seq_q, pos);
     }
-    if (b0 == 0) {
-      mbar_wait(empty_bar, empty_parity);  // the buffer (and its flags) of two chunks ago is consumed
-      if (lane < RPW) {
-        valid[row0 + lane] = my_src != nullptr ? 1 : 0;
-        if constexpr (CLUSTER > 1) st_remote8(valid_remote + row0 + lane, my_src != nullptr ? 1 : 0);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) store_piece<L, CLUSTER>(r[j], ok[j], row0 + b0 + j, lane, kbuf, kbuf_remote);
   }
 }
 
@@ -315,38 +341,86 @@ struct cta_state {
   uint32_t full_bar, empty_bar;  // [b] at + 8b
 };
 
-// The producer warpgroup: warp w converts rows [row_base + w RPW, + RPW) of every chunk; the list
-// entries of the next chunk are loaded while the current one is converted.
+// Full-barrier arrivals per chunk: every producer thread of the cluster; a bf16 producer thread
+// arrives twice (its stores of the valid flags, and its cp.async copies landing).
+template <uint32_t L, int CLUSTER>
+constexpr uint32_t kFullArrivals = row_format<L>::kBf16 ? 256u : 128u * CLUSTER;
+
+// The producer warpgroup (lane map above). FP8: the next chunk's list entries load while this chunk
+// is dequantised. bf16: rows are copied into the swizzled buffer with cp.async (zero-filled for
+// invalid rows) and the copies complete on the full barrier, so nothing waits on memory here.
 template <uint32_t L, int CLUSTER>
 __device__ __forceinline__ void producer(const attention_params& p, const cta_state& st, const chunk_walk& walk,
                                          uint32_t rank, int warp, int lane) {
-  constexpr int kRpw = kKeys / CLUSTER / 4;  // rows per warp: 16, or 8 in a CTA pair
-  const int row0 = (CLUSTER > 1 ? static_cast<int>(rank) * (kKeys / 2) : 0) + warp * kRpw;
-  const int my_row = row0 + (lane < kRpw ? lane : 0);
+  using F = row_format<L>;
+  constexpr int kTok = 2 / CLUSTER;
+  const int q = lane >> 3;
+  int rows[kTok];
+#pragma unroll
+  for (int k = 0; k < kTok; ++k) rows[k] = (CLUSTER > 1 ? static_cast<int>(rank) * 32 : 0) + 32 * k + 8 * warp + (lane & 7);
+  row_slots slots[kTok];
+#pragma unroll
+  for (int k = 0; k < kTok; ++k) slots[k] = make_row_slots(rows[k], q);
   int c = walk.next_active(st.c_begin);
-  int32_t idx = lane < kRpw ? load_chunk_index(p, walk, c, st.t, my_row) : -1;
+  int32_t idx[kTok];
+  load_chunk_indices<kTok>(p, walk, c, st.t, rows, idx);
   for (int i = 0; c < walk.c_end; ++i) {
     const int c_next = walk.next_active(c + 1);
-    const int32_t idx_next = lane < kRpw ? load_chunk_index(p, walk, c_next, st.t, my_row) : -1;
+    const int li = walk.list_of(c);
     const int b = i & 1;
     const uint32_t parity = ((i >> 1) & 1) ^ 1;  // the first use of a buffer does not wait
     uint8_t* kbuf = st.smem + sm90_map::k + b * kOperandBytes;
     uint8_t* valid = st.smem + sm90_map::valid + b * kKeys;
-    const uint32_t kbuf_remote = CLUSTER > 1 ? map_remote(smem_addr(kbuf), st.peer) : 0u;
-    const uint32_t valid_remote = CLUSTER > 1 ? map_remote(smem_addr(valid), st.peer) : 0u;
-    produce_chunk<L, CLUSTER, kRpw>(p, walk.list_of(c), idx, lane, row0, kbuf, kbuf_remote, valid, valid_remote,
-                                    st.empty_bar + 8 * b, parity);
-    // The tensor cores read the buffers through the async proxy.
-    if constexpr (CLUSTER > 1) {
-      fence_proxy_async_cluster();
+    const uint8_t* src[kTok];
+    const uint8_t* sc[kTok];
+#pragma unroll
+    for (int k = 0; k < kTok; ++k) resolve_index(p, li, idx[k], &src[k], &sc[k]);
+    if constexpr (F::kBf16) {
+      load_chunk_indices<kTok>(p, walk, c_next, st.t, rows, idx);
+      mbar_wait(st.empty_bar + 8 * b, parity);  // the buffer (and its flags) of two chunks ago is consumed
+      const uint32_t kaddr = smem_addr(kbuf);
+#pragma unroll
+      for (int k = 0; k < kTok; ++k) {
+        const bool ok = src[k] != nullptr;
+        const uint8_t* row_src = ok ? src[k] : p.cache[li].base;  // not read when zero-filling
+#pragma unroll
+        for (int j = 0; j < kHeadDim / 8 / 4; ++j) {
+          const int unit = 4 * j + q;
+          cp_async16_zfill(kaddr + sw128(rows[k], unit), row_src + (ok ? 16 * unit : 0), ok);
+        }
+        if (q == 0) valid[rows[k]] = ok ? 1 : 0;
+      }
+      cp_async_arrive(st.full_bar + 8 * b);
       mbar_arrive(st.full_bar + 8 * b);
-      mbar_arrive_remote(st.full_bar + 8 * b, st.peer);
     } else {
-      fence_proxy_async();
-      mbar_arrive(st.full_bar + 8 * b);
+      row_share<L> share[kTok];
+#pragma unroll
+      for (int k = 0; k < kTok; ++k) load_share<L>(share[k], src[k], sc[k], q);
+      load_chunk_indices<kTok>(p, walk, c_next, st.t, rows, idx);
+      const uint32_t kbuf_remote = CLUSTER > 1 ? map_remote(smem_addr(kbuf), st.peer) : 0u;
+      const uint32_t valid_remote = CLUSTER > 1 ? map_remote(smem_addr(valid), st.peer) : 0u;
+      mbar_wait(st.empty_bar + 8 * b, parity);
+#pragma unroll
+      for (int k = 0; k < kTok; ++k) {
+        const bool ok = src[k] != nullptr;
+        if (q == 0) {
+          valid[rows[k]] = ok ? 1 : 0;
+          if constexpr (CLUSTER > 1) st_remote8(valid_remote + rows[k], ok ? 1 : 0);
+        }
+        const uint32_t inexact = store_share<L, CLUSTER>(share[k], slots[k], kbuf, kbuf_remote);
+        if (inexact != 0u) fix_groups<L, CLUSTER>(inexact, src[k], share[k].scales, slots[k], q, kbuf, kbuf_remote);
+      }
+      // The tensor cores read the buffers through the async proxy.
+      if constexpr (CLUSTER > 1) {
+        fence_proxy_async_cluster();
+        mbar_arrive(st.full_bar + 8 * b);
+        mbar_arrive_remote(st.full_bar + 8 * b, st.peer);
+      } else {
+        fence_proxy_async();
+        mbar_arrive(st.full_bar + 8 * b);
+      }
     }
     c = c_next;
-    idx = idx_next;
   }
 }
 
@@ -404,17 +478,26 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
   }
 }
 
-// Tells the producers of the cluster that buffer b is consumed by this warpgroup.
+// Tells the producers of the cluster that buffer b is consumed by this thread: every consumer
+// thread arrives on its own CTA's barrier (its reads of the flags and alpha ordered before); in a
+// CTA pair lane 0 of each warp also arrives on the peer's once the warp's lanes are done.
 template <int CLUSTER>
-__device__ __forceinline__ void release_buffer(const cta_state& st, int b, int wtid) {
-  if (wtid == 0) {
-    mbar_arrive(st.empty_bar + 8 * b);
-    if constexpr (CLUSTER > 1) mbar_arrive_remote(st.empty_bar + 8 * b, st.peer);
+__device__ __forceinline__ void release_buffer(const cta_state& st, int b) {
+  mbar_arrive(st.empty_bar + 8 * b);
+  if constexpr (CLUSTER > 1) {
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) mbar_arrive_remote(st.empty_bar + 8 * b, st.peer);
   }
 }
+// Empty-barrier arrivals per chunk: 256 local consumer threads + 8 warps of the peer CTA.
+template <int CLUSTER>
+constexpr uint32_t kEmptyArrivals = 256u + 8u * (CLUSTER - 1);
 
 // WG0: S = Q K^T, softmax, P to WG1, O[:, 0:256] += P V.
-template <int CLUSTER>
+// kCopied: the buffers were filled by cp.async (generic proxy, completed on the full barrier), so
+// each consumer orders them before its wgmma reads with its own proxy fence.
+// kValueScale: the per-tensor FP8 layout scales P by the list's kv_scale (1 for the other layouts).
+template <int CLUSTER, bool kCopied, bool kValueScale>
 __device__ __forceinline__ void consumer0(const attention_params& p, const cta_state& st, const chunk_walk& walk,
                                           int tid) {
   const int warp = tid / 32;
@@ -427,13 +510,17 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY};
   float l_run[2] = {0.0f, 0.0f};  // this thread's share of the row sums
-  const uint32_t q_base = st.base + sm90_map::q;
+  const uint32_t q_desc = desc_lo(st.base + sm90_map::q, 16);
+  const uint32_t k_desc0 = desc_lo(st.base + sm90_map::k, 16);         // K-major (S = Q K^T)
+  const uint32_t v_desc0 = desc_lo(st.base + sm90_map::k, kColBytes);  // MN-major (P V)
   int i = 0;
   for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
     const int b = i & 1;
     const int li = walk.list_of(c);
-    const uint32_t k_base = st.base + sm90_map::k + b * kOperandBytes;
+    const uint32_t k_desc = k_desc0 + b * (kOperandBytes >> 4);
+    const uint32_t v_desc = v_desc0 + b * (kOperandBytes >> 4);
     mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
+    if constexpr (kCopied) fence_proxy_async();
     // S = Q K^T over 512 dims: 32 k-steps of 16 (4 per 64-dim column, 32 bytes apart).
     float s[32];
     wgmma_fence_operands32(s);
@@ -441,14 +528,14 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
       const uint32_t off = (ks / 4) * kColBytes + (ks % 4) * 32;
-      wgmma_m64n64_ss(s, smem_desc(q_base + off, 16, 1024), smem_desc(k_base + off, 16, 1024), ks > 0 ? 1 : 0);
+      wgmma_m64n64_ss(s, desc_at(q_desc, off), desc_at(k_desc, off), ks > 0 ? 1 : 0);
     }
     wgmma_commit();
     wgmma_wait0();
     wgmma_fence_operands32(s);
     // Online softmax (base 2). s[4j + {0,1}]: row0, keys 8j + 2 tig + {0,1}; s[4j + {2,3}]: row0 + 8.
     const float scl = p.logit_scale_log2[li];
-    const float vs = p.value_scale[li];
+    const float vs = kValueScale ? p.value_scale[li] : 1.0f;
     const uint8_t* valid = st.smem + sm90_map::valid + b * kKeys;
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -515,12 +602,12 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      wgmma_m64n256_rs_tb(o, pk + 4 * kk, smem_desc(k_base + kk * 16 * kAtomBytes, kColBytes, 1024), 1);
+      wgmma_m64n256_rs_tb(o, pk + 4 * kk, desc_at(v_desc, kk * 16 * kAtomBytes), 1);
     }
     wgmma_commit();
     wgmma_wait0();
     wgmma_fence_operands128(o);
-    release_buffer<CLUSTER>(st, b, tid);
+    release_buffer<CLUSTER>(st, b);
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -539,7 +626,7 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
 }
 
 // WG1: O[:, 256:512] += P V with P and alpha from WG0.
-template <int CLUSTER>
+template <int CLUSTER, bool kCopied>
 __device__ __forceinline__ void consumer1(const attention_params& p, const cta_state& st, const chunk_walk& walk,
                                           int tid) {
   const int wtid = tid - 128;
@@ -549,12 +636,15 @@ __device__ __forceinline__ void consumer1(const attention_params& p, const cta_s
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  const uint32_t p_desc0 = desc_lo(st.base + sm90_map::p, 16);
+  const uint32_t v_desc0 = desc_lo(st.base + sm90_map::k + 4 * kColBytes, kColBytes);  // dims 256..511
   int i = 0;
   for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
     const int b = i & 1;
-    const uint32_t k_base = st.base + sm90_map::k + b * kOperandBytes;
-    const uint32_t p_base = st.base + sm90_map::p + b * kPBytes;
+    const uint32_t p_desc = p_desc0 + b * (kPBytes >> 4);
+    const uint32_t v_desc = v_desc0 + b * (kOperandBytes >> 4);
     mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
+    if constexpr (kCopied) fence_proxy_async();
     named_sync(1 + b, 256);  // P and alpha of this chunk are ready
     const float* alpha = reinterpret_cast<const float*>(st.smem + sm90_map::alpha) + b * kRows;
     const float a0 = alpha[row0];
@@ -570,13 +660,12 @@ __device__ __forceinline__ void consumer1(const attention_params& p, const cta_s
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      wgmma_m64n256_ss_tb(o, smem_desc(p_base + kk * 32, 16, 1024),
-                          smem_desc(k_base + 4 * kColBytes + kk * 16 * kAtomBytes, kColBytes, 1024), 1);
+      wgmma_m64n256_ss_tb(o, desc_at(p_desc, kk * 32), desc_at(v_desc, kk * 16 * kAtomBytes), 1);
     }
     wgmma_commit();
     wgmma_wait0();
     wgmma_fence_operands128(o);
-    release_buffer<CLUSTER>(st, b, wtid);
+    release_buffer<CLUSTER>(st, b);
   }
   epilogue(p, st, 1, tid, row0, lane % 4, o);
 }
@@ -619,15 +708,21 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
   }
   if (tid == 32) {
     for (int b = 0; b < 2; ++b) {
-      mbar_init(st.full_bar + 8 * b, 128 * CLUSTER);  // every producer thread of the cluster
-      mbar_init(st.empty_bar + 8 * b, 2 * CLUSTER);   // one thread per consumer warpgroup of the cluster
+      mbar_init(st.full_bar + 8 * b, kFullArrivals<L, CLUSTER>);
+      mbar_init(st.empty_bar + 8 * b, kEmptyArrivals<CLUSTER>);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  // Q tile (64 heads, swizzled; padding heads zero): 16-byte units, cp.async when aligned.
-  {
+  if constexpr (CLUSTER > 1) {
+    cluster_sync();  // barriers initialised in both CTAs before any remote arrive
+  } else {
+    __syncthreads();
+  }
+  // Q tile (64 heads, swizzled; padding heads zero), loaded by the consumers while the producer
+  // already gathers the first chunk: 16-byte units, cp.async when aligned.
+  if (tid < 256) {
     constexpr int units = kHeadDim / 8;
-    for (int u = tid; u < kRows * units; u += kThreads) {
+    for (int u = tid; u < kRows * units; u += 256) {
       const int r = u / units;
       const int k = u % units;
       const int h = st.head0 + r;
@@ -653,11 +748,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
     cp_async_commit();
     cp_async_wait_all();
     fence_proxy_async();
-  }
-  if constexpr (CLUSTER > 1) {
-    cluster_sync();  // barriers initialised in both CTAs before any remote arrive
-  } else {
-    __syncthreads();
+    named_sync(4, 256);
   }
 
   const int total_chunks = p.chunks[0] + p.chunks[1];
@@ -668,10 +759,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
   // sum, or the increase waits forever.
   if (wg == 0) {
     set_max_registers_inc<192>();
-    consumer0<CLUSTER>(p, st, walk, tid);
+    consumer0<CLUSTER, row_format<L>::kBf16, L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>(p, st, walk, tid);
   } else if (wg == 1) {
     set_max_registers_dec<160>();
-    consumer1<CLUSTER>(p, st, walk, tid);
+    consumer1<CLUSTER, row_format<L>::kBf16>(p, st, walk, tid);
   } else {
     set_max_registers_dec<152>();
     producer<L, CLUSTER>(p, st, walk, rank, (tid % 128) / 32, tid % 32);
@@ -680,16 +771,22 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
+// CTA pairs share the dequantised chunks of FP8 caches; bf16 rows need no conversion, so each CTA
+// of a 128-head token copies its own (cp.async) and no cluster is formed.
+template <uint32_t L>
+constexpr bool kPairs = L != DSV4_KV_LAYOUT_BF16;
+
 template <uint32_t L>
 cudaError_t configure_layout(int bytes) {
   cudaError_t err = cudaFuncSetAttribute(attention_sm90_kernel<L, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err != cudaSuccess) return err;
-  return cudaFuncSetAttribute(attention_sm90_kernel<L, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err != cudaSuccess || !kPairs<L>) return err;
+  return cudaFuncSetAttribute(attention_sm90_kernel<L, kPairs<L> ? 2 : 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              bytes);
 }
 
 template <uint32_t L>
 cudaError_t launch_layout(const attention_params& p, cudaLaunchConfig_t* cfg) {
-  if (p.head_groups == 1) return cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, 1>, p);
+  if (p.head_groups == 1 || !kPairs<L>) return cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, 1>, p);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = 2;
@@ -697,7 +794,7 @@ cudaError_t launch_layout(const attention_params& p, cudaLaunchConfig_t* cfg) {
   attr[0].val.clusterDim.z = 1;
   cfg->attrs = attr;
   cfg->numAttrs = 1;
-  return cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, 2>, p);
+  return cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, kPairs<L> ? 2 : 1>, p);
 }
 
 }  // namespace

@@ -295,15 +295,13 @@ dsv4_status size_plan(plan* p) {
     if (nerr != cudaSuccess) return cuda_fail(nerr, "plan: cudaFuncSetAttribute");
     n.ctas_per_sm = attention_ctas_per_sm(n.head_tiles, chunk, o.head_dim_qk, n.smem_bytes);
   }
-  // Hopper: the wgmma kernel (64-head CTAs, pairs for > 64 heads) where it measured faster on an
-  // H200: 65..128 heads (each chunk dequantised once per pair) and bf16 caches. For <= 64 heads over
-  // FP8 caches its single producer warpgroup is slower than the mma.sync kernel (CONFIG1 b=64: 110
-  // vs 88 us). DSV4_CUDA_KERNEL=wgmma uses it wherever it applies (> 32 heads), =mma never.
+  // Hopper: the wgmma kernel (64-head CTAs, pairs for > 64 heads) for 33..128 heads: faster than the
+  // mma.sync kernel on an H200 for every layout it serves (CONFIG1 b=64 69.5 vs 88.3 us, CONFIG3
+  // 104 vs 145 us, bf16 CONFIG1 49.5 vs 81.1 us). DSV4_CUDA_KERNEL=mma never uses it (A/B runs);
+  // =wgmma is the default choice, kept for scripts that name it.
   const char* kenv = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_KERNEL") : nullptr;
-  const bool force_sm90 = kenv != nullptr && std::strcmp(kenv, "wgmma") == 0;
   const bool never_sm90 = kenv != nullptr && std::strcmp(kenv, "mma") == 0;
-  const bool sm90_faster = o.num_heads > kSm90Heads || o.swa_cache.layout == DSV4_KV_LAYOUT_BF16;
-  if (!never_sm90 && (force_sm90 || sm90_faster) && p->ctx->cc_major == 9 && o.head_dim_qk == kHeadDim && o.num_heads > 32 &&
+  if (!never_sm90 && p->ctx->cc_major == 9 && o.head_dim_qk == kHeadDim && o.num_heads > 32 &&
       attention_sm90_layouts(o.swa_cache.layout, o.extra_cache.layout) &&
       attention_sm90_smem_bytes() <= p->ctx->smem_optin && attention_sm90_compiled()) {
     const cudaError_t serr = attention_sm90_configure();
@@ -313,9 +311,9 @@ dsv4_status size_plan(plan* p) {
     h.head_groups = (o.num_heads + kSm90Heads - 1) / kSm90Heads;
     h.smem_bytes = attention_sm90_smem_bytes();
     h.ctas_per_sm = 1;
-    // Per-chunk time relative to the mma.sync 64-head tile (H200: bf16 CONFIG1 b=64 55.8 vs 81.1 us;
-    // pairs count as two CTAs, as the mma.sync kernel's two head groups do).
-    h.chunk_cost = 0.7;
+    // Per-chunk time relative to the mma.sync 64-head tile (H200, CONFIG1 b=64: FP8 69.5 vs 88.3 us,
+    // bf16 49.5 vs 81.1 us; pairs count as two CTAs, as the mma.sync kernel's two head groups do).
+    h.chunk_cost = o.swa_cache.layout == DSV4_KV_LAYOUT_BF16 ? 0.6 : 0.78;
     h.sm90 = true;
   }
   // Partials: the largest tokens x splits over every T <= max_tokens that uses more than one split

@@ -23,9 +23,11 @@ build() {
   local inc="-I$ROOT/include -I$ROOT/backends/include -I$ROOT/backends"
   local t0=$SECONDS
   nvcc -O2 -std=c++17 -gencode arch=compute_${ARCH},code=sm_${ARCH} -Xcompiler -fPIC,-fvisibility=hidden \
-    -Xptxas -v -shared $inc backends/cuda/module.cpp backends/cuda/attention.cu backends/cuda/attention_sm90.cu backends/cuda/paged_kv.cu \
+    -Xptxas -v,--warn-on-local-memory-usage -shared $inc backends/cuda/module.cpp backends/cuda/attention.cu backends/cuda/attention_sm90.cu backends/cuda/paged_kv.cu \
     -cudart static -o "$B/libdsv4-cuda.so" >"$OUT/build_module.log" 2>&1 || { cat "$OUT/build_module.log"; return 1; }
   grep -E "registers|spill" "$OUT/build_module.log" | head -12
+  # Spills, serialised wgmma and ignored register budgets each cost the Hopper kernel dearly.
+  grep -E "Potential Performance Loss|Local memory used" "$OUT/build_module.log" | sort | uniq -c
   log "module built in $((SECONDS - t0)) s"
   local cudalib="-L/usr/local/cuda/lib64 -lcudart_static -ldl -lpthread -lrt"
   g++ -O2 -std=c++17 $inc -I$ROOT/tests/common -I/usr/local/cuda/include tests/cuda/test_cuda_attention.cpp \

@@ -45,7 +45,8 @@ struct explicit_case {
   float softmax_scale = 0.0f;   // 0 = d^-0.5
   int max_tokens = 0;           // plan capacity (0 = batch * seq_q)
   bool small_chunk = false;     // DSV4_CUDA_CHUNK=32: the variant for GPUs with little shared memory
-  const char* kernel = nullptr;  // DSV4_CUDA_KERNEL: "wgmma" forces the Hopper kernel where it applies
+  const char* kernel = nullptr;  // DSV4_CUDA_KERNEL: "mma" keeps Hopper on the mma.sync kernel
+  bool special_rows = false;     // host_cache::add_special_rows (extreme scales, NaN bytes)
 };
 
 struct context_holder {
@@ -209,6 +210,10 @@ void build_explicit(explicit_problem& P, std::mt19937_64& rng) {
   const bool has_extra = c.extra_layout != DSV4_KV_LAYOUT_NONE;
   P.main.init(c.layout, c.block, c.slots, c.stride_pad, c.kv_scale, rng);
   if (has_extra) P.extra.init(c.extra_layout, c.extra_block, c.extra_slots, c.stride_pad, c.kv_scale, rng);
+  if (c.special_rows) {
+    P.main.add_special_rows();
+    if (has_extra) P.extra.add_special_rows();
+  }
   const int dqk = dsv4::layout_head_dim_qk(c.layout);
   P.main_lists = make_lists(rng, c, c.topk, P.main.capacity(), c.lengths);
   if (has_extra) P.extra_lists = make_lists(rng, c, c.extra_topk, P.extra.capacity(), c.extra_lengths);
@@ -747,8 +752,9 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   {
-    explicit_case c;
-    c.name = "v4-decode-h64-b80";
+    explicit_case c;  // the mma.sync kernel with 64-head tiles (Hopper uses the wgmma kernel by default)
+    c.name = "mma-v4-decode-h64-b80";
+    c.kernel = "mma";
     c.batch = 80;
     c.topk = 96;
     c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
@@ -791,14 +797,19 @@ std::vector<explicit_case> explicit_cases() {
   for (int h : {40, 96}) {
     explicit_case c;
     c.name = "sm90-v4-h" + std::to_string(h);
-    c.kernel = "wgmma";
     c.heads = h;
     c.topk = 200;
     c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
     c.extra_topk = 130;
     c.block = 61;
     c.extra_block = 2;
+    c.special_rows = h == 96;  // the CTA pairs' fix-up path for inexact groups
     add(c);
+    if (h == 96) {
+      c.name = "mma-v4-h96";
+      c.kernel = "mma";
+      add(c);
+    }
   }
   {
     explicit_case c;
@@ -815,7 +826,7 @@ std::vector<explicit_case> explicit_cases() {
   {
     explicit_case c;
     c.name = "sm90-per-tensor-fp8-q-h64";
-    c.kernel = "wgmma";
+    c.special_rows = true;
     c.layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
     c.extra_layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
     c.heads = 64;
@@ -826,9 +837,9 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   {
-    explicit_case c;  // FP8 64 heads (mma.sync by default), splits over 160 tokens, on the Hopper kernel
+    explicit_case c;  // FP8 64 heads, splits over 160 tokens
     c.name = "sm90-v4-decode-h64-b80";
-    c.kernel = "wgmma";
+    c.special_rows = true;
     c.batch = 80;
     c.topk = 96;
     c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
@@ -838,7 +849,6 @@ std::vector<explicit_case> explicit_cases() {
   {
     explicit_case c;
     c.name = "sm90-csr-v4-h64-T300";
-    c.kernel = "wgmma";
     c.csr = true;
     c.lengths = false;
     c.batch = 150;
@@ -850,7 +860,6 @@ std::vector<explicit_case> explicit_cases() {
   {
     explicit_case c;
     c.name = "sm90-mixed-layouts-h64";
-    c.kernel = "wgmma";
     c.layout = DSV4_KV_LAYOUT_BF16;
     c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
     c.topk = 128;
