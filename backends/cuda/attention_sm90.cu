@@ -228,19 +228,20 @@ __device__ __forceinline__ void put_unit(uint8_t* local, uint32_t remote, uint32
   if constexpr (CLUSTER > 1) st_remote16(remote + off, v);
 }
 
-// A thread's units of one row sit at 4 positions of the 128B swizzle, the same in every 64-dim
-// column: fp8 group g writes units 8g + 2q + {0, 1}, rope group g unit 56 + 4g + q. Offsets within
-// column 0 (add g * kColBytes), computed once per row so the hot loop adds immediates only.
+// A thread's 16-byte units of one row sit at 4 positions of the 128B swizzle, the same in every
+// 64-dim column: units 2q, 2q + 1 (an fp8 group's 16 bytes -> 32 bf16 bytes) and units q, 4 + q
+// (16-byte pieces of bf16 data: rope groups, bf16 rows). Offsets within column 0 (add the column
+// times kColBytes), computed once per row so the hot loops add immediates only.
 struct row_slots {
-  uint32_t fp8[2];
-  uint32_t rope[2];
+  uint32_t pair[2];
+  uint32_t quad[2];
 };
 __device__ __forceinline__ row_slots make_row_slots(int row, int q) {
   row_slots s;
-  s.fp8[0] = sw128(row, 2 * q);
-  s.fp8[1] = sw128(row, 2 * q + 1);
-  s.rope[0] = sw128(row, q);
-  s.rope[1] = sw128(row, 4 + q);
+  s.pair[0] = sw128(row, 2 * q);
+  s.pair[1] = sw128(row, 2 * q + 1);
+  s.quad[0] = sw128(row, q);
+  s.quad[1] = sw128(row, 4 + q);
   return s;
 }
 
@@ -264,14 +265,14 @@ __device__ __forceinline__ uint32_t store_share(const row_share<L>& r, const row
   for (int g = 0; g < F::kFp8Groups; ++g) {
     const uint4& w = r.fp8[g];
     const uint32_t e = group_scale<L>(r.scales, g);
-    const uint32_t nan = e4m3x4_has_nan(w.x) | e4m3x4_has_nan(w.y) | e4m3x4_has_nan(w.z) | e4m3x4_has_nan(w.w);
-    inexact |= (!pow2_scale_is_fast(e) || nan != 0u) ? 1u << g : 0u;
-    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.fp8[0], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.x, w.y), e));
-    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.fp8[1], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.z, w.w), e));
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+    inexact |= pow2_fast_is_exact<4>(words, e) ? 0u : 1u << g;
+    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.pair[0], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.x, w.y), e));
+    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.pair[1], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.z, w.w), e));
   }
 #pragma unroll
   for (int g = 0; g < F::kRopeGroups; ++g) {
-    put_unit<CLUSTER>(local, remote, F::kRopeUnit0 / 8 * kColBytes + slot.rope[g], r.rope[g]);
+    put_unit<CLUSTER>(local, remote, F::kRopeUnit0 / 8 * kColBytes + slot.quad[g], r.rope[g]);
   }
   return inexact;
 }
@@ -285,15 +286,11 @@ __device__ __forceinline__ void fix_groups(uint32_t inexact, const uint8_t* src,
     const int g = __ffs(inexact) - 1;
     const uint4 w = ld_nc16(src + 64 * g + 16 * q);
     const float s = ue8m0_to_f32(static_cast<uint8_t>(group_scale<L>(scales, g)));
-    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.fp8[0], fp8x8_to_bf16x8(make_uint2(w.x, w.y), s));
-    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.fp8[1], fp8x8_to_bf16x8(make_uint2(w.z, w.w), s));
+    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.pair[0], fp8x8_to_bf16x8(make_uint2(w.x, w.y), s));
+    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.pair[1], fp8x8_to_bf16x8(make_uint2(w.z, w.w), s));
   }
 }
 
-__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool fill) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(fill ? 16 : 0)
-               : "memory");
-}
 // Arrives on `bar` once every cp.async this thread issued so far has landed (the barrier's count
 // includes these arrivals: .noinc).
 __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
@@ -385,8 +382,8 @@ __device__ __forceinline__ void producer(const attention_params& p, const cta_st
         const uint8_t* row_src = ok ? src[k] : p.cache[li].base;  // not read when zero-filling
 #pragma unroll
         for (int j = 0; j < kHeadDim / 8 / 4; ++j) {
-          const int unit = 4 * j + q;
-          cp_async16_zfill(kaddr + sw128(rows[k], unit), row_src + (ok ? 16 * unit : 0), ok);
+          const int unit = 4 * j + q;  // column j / 2, slot quad[j % 2]
+          cp_async16_zfill(kaddr + (j / 2) * kColBytes + slots[k].quad[j % 2], row_src + (ok ? 16 * unit : 0), ok);
         }
         if (q == 0) valid[rows[k]] = ok ? 1 : 0;
       }

@@ -21,6 +21,10 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
+// 16 bytes, or 16 zero bytes when !fill (src is then not read).
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(fill ? 16 : 0) : "memory");
+}
 __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
@@ -89,9 +93,20 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8_pow2_fast(uint2 raw, uint32_t e
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
+// Whether fp8x8_to_bf16x8_pow2_fast is exact for the `n` words at `w` with UE8M0 byte e: a scale
+// in its range and no NaN byte.
+template <int N>
+__device__ __forceinline__ bool pow2_fast_is_exact(const uint32_t* w, uint32_t e) {
+  uint32_t nan = 0;
+#pragma unroll
+  for (int i = 0; i < N; ++i) nan |= e4m3x4_has_nan(w[i]);
+  return pow2_scale_is_fast(e) && nan == 0u;
+}
+
 // The same for any UE8M0 byte and NaN bytes: the fast path where it is exact, else fp32.
 __device__ __forceinline__ uint4 fp8x8_to_bf16x8_pow2(uint2 raw, uint32_t e) {
-  if (!pow2_scale_is_fast(e) || (e4m3x4_has_nan(raw.x) | e4m3x4_has_nan(raw.y)) != 0u) {
+  const uint32_t w[2] = {raw.x, raw.y};
+  if (!pow2_fast_is_exact<2>(w, e)) {
     return fp8x8_to_bf16x8(raw, ue8m0_to_f32(static_cast<uint8_t>(e)));
   }
   return fp8x8_to_bf16x8_pow2_fast(raw, e);
