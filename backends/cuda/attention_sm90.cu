@@ -18,6 +18,10 @@
 #include <math.h>
 
 #include <type_traits>
+#if defined(DSV4_SM90_TRACE)
+#include <cstdio>
+#include <vector>
+#endif
 
 #include "common/codec.h"
 #include "common/index.h"
@@ -37,7 +41,8 @@ constexpr int kAtomBytes = 128;                    // one swizzle row: 64 bf16
 constexpr int kColBytes = kRows * kAtomBytes;      // one 64-dim column of a 64-row operand (8 KB)
 constexpr int kOperandBytes = (kHeadDim / 64) * kColBytes;  // Q or one K buffer (64 KB)
 constexpr int kPBytes = kRows * kAtomBytes;        // P: 64 heads x 64 keys bf16 (8 KB)
-constexpr int kOutStride = 2 * kHeadDim + 16;      // bf16 output staging row (padded: no bank conflicts)
+constexpr int kStageRowBytes = 256 * 2;           // one warpgroup's bf16 output row (256 dims)
+constexpr int kStageBytes = kRows * kStageRowBytes;  // one warpgroup's output staging (32 KB)
 
 // Shared-memory map (offsets from a 1024-byte aligned base).
 struct sm90_map {
@@ -48,12 +53,65 @@ struct sm90_map {
   static constexpr int valid = alpha + 2 * kRows * 4;      // [2][64] bytes
   static constexpr int m_fin = valid + 2 * kKeys;          // [64] fp32
   static constexpr int l_fin = m_fin + kRows * 4;          // [64] fp32
-  static constexpr int bars = l_fin + kRows * 4;           // full[2], empty[2] (8 bytes each)
+  static constexpr int f_fin = l_fin + kRows * 4;          // [64] fp32 output factor (sink, 1 / l)
+  static constexpr int sink = f_fin + kRows * 4;           // [64] fp32 sink logits (-inf: none)
+  static constexpr int bars = sink + kRows * 4;            // full[2], empty[2] (8 bytes each)
   static constexpr int counts = bars + 4 * 8;              // list counts [2]
   static constexpr int total = counts + 16;
 };
-static_assert(kRows * kOutStride <= 2 * kOperandBytes, "output staging fits in the K buffers");
+static_assert(2 * kStageBytes <= kOperandBytes, "both warpgroups' output staging fits in the Q tile");
 constexpr size_t kSmemBytes = sm90_map::total + 1024;      // + alignment slack
+
+// Timeline tracing for tuning (build with -DDSV4_SM90_TRACE; never in shipped builds): each role's
+// first thread stamps the SM clock at the steps of every chunk into a per-CTA record, read back by
+// dsv4_cuda_sm90_trace_dump (scripts/gpu/trace_sm90.py summarises it).
+namespace trace {
+constexpr int kHeader = 16;     // smid, start clock, startup / epilogue stamps
+constexpr int kPerChunk = 12;   // stamps per chunk (enum step)
+constexpr int kChunks = 48;
+[[maybe_unused]] constexpr int kSlots = kHeader + kPerChunk * kChunks;
+enum step : int {
+  kProdTop, kProdEmpty, kProdData, kProdFull,  // FP8 producer: chunk start, buffer free, data in, handed over
+  kWg0Full, kWg0Qk, kWg0P, kWg0Pv,             // WG0: buffer ready, S done, P published, O done
+  kWg1P, kWg1Pv,                               // WG1: P ready, O done
+};
+enum header : int {
+  kSm, kStart, kQReady, kWg0Epi, kWg0End, kWg1End, kProdEnd, kChunksRun,
+  kInit, kQIssued, kEpiBar, kEpiStaged, kGlobalStart, kGlobalEnd,
+};
+#if defined(DSV4_SM90_TRACE)
+__device__ uint32_t* g_buf;
+__device__ uint32_t g_ctas;
+[[maybe_unused]] __device__ __forceinline__ uint32_t clock32() {
+  uint32_t c;
+  asm volatile("mov.u32 %0, %%clock;\n" : "=r"(c)::"memory");
+  return c;
+}
+[[maybe_unused]] __device__ __forceinline__ uint32_t global_ns() {
+  uint32_t t;
+  asm volatile("mov.u32 %0, %%globaltimer_lo;\n" : "=r"(t)::"memory");
+  return t;
+}
+__device__ __forceinline__ uint32_t* record() {
+  return g_buf != nullptr && blockIdx.x < g_ctas ? g_buf + static_cast<size_t>(blockIdx.x) * kSlots : nullptr;
+}
+[[maybe_unused]] __device__ __forceinline__ void header(int slot) {
+  if (uint32_t* r = record()) r[slot] = clock32();
+}
+[[maybe_unused]] __device__ __forceinline__ void chunk(int i, int s) {
+  if (uint32_t* r = record(); r != nullptr && i < kChunks) r[kHeader + i * kPerChunk + s] = clock32();
+}
+// Stamps once `dep` (a loaded value) has arrived: the volatile shared store waits for it.
+[[maybe_unused]] __device__ __forceinline__ void chunk_after(int i, int s, uint32_t dep, uint32_t scratch) {
+  asm volatile("st.volatile.shared.u32 [%0], %1;\n" ::"r"(scratch), "r"(dep) : "memory");
+  chunk(i, s);
+}
+#else
+[[maybe_unused]] __device__ __forceinline__ void header(int) {}
+[[maybe_unused]] __device__ __forceinline__ void chunk(int, int) {}
+[[maybe_unused]] __device__ __forceinline__ void chunk_after(int, int, uint32_t, uint32_t) {}
+#endif
+}  // namespace trace
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // Row formats the producer handles (one kernel per layout).
@@ -161,7 +219,7 @@ __device__ __forceinline__ void set_max_registers_dec() {
 }
 __device__ __forceinline__ uint4 ld_nc16(const uint8_t* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
@@ -343,21 +401,21 @@ struct cta_state {
 template <uint32_t L, int CLUSTER>
 constexpr uint32_t kFullArrivals = row_format<L>::kBf16 ? 256u : 128u * CLUSTER;
 
-// The producer warpgroup (lane map above). FP8: the next chunk's list entries load while this chunk
-// is dequantised. bf16: rows are copied into the swizzled buffer with cp.async (zero-filled for
-// invalid rows) and the copies complete on the full barrier, so nothing waits on memory here.
-template <uint32_t L, int CLUSTER>
-__device__ __forceinline__ void producer(const attention_params& p, const cta_state& st, const chunk_walk& walk,
-                                         uint32_t rank, int warp, int lane) {
-  using F = row_format<L>;
-  constexpr int kTok = 2 / CLUSTER;
+// The bf16 producer (lane map above): rows are copied into the swizzled buffer with cp.async
+// (zero-filled for invalid rows) and the copies complete on the full barrier, so nothing here waits
+// on memory; the next chunk's list entries load while this one is copied.
+template <uint32_t L>
+__device__ __forceinline__ void producer_copy(const attention_params& p, const cta_state& st, const chunk_walk& walk,
+                                              int warp, int lane) {
+  constexpr int kTok = 2;
   const int q = lane >> 3;
   int rows[kTok];
-#pragma unroll
-  for (int k = 0; k < kTok; ++k) rows[k] = (CLUSTER > 1 ? static_cast<int>(rank) * 32 : 0) + 32 * k + 8 * warp + (lane & 7);
   row_slots slots[kTok];
 #pragma unroll
-  for (int k = 0; k < kTok; ++k) slots[k] = make_row_slots(rows[k], q);
+  for (int k = 0; k < kTok; ++k) {
+    rows[k] = 32 * k + 8 * warp + (lane & 7);
+    slots[k] = make_row_slots(rows[k], q);
+  }
   int c = walk.next_active(st.c_begin);
   int32_t idx[kTok];
   load_chunk_indices<kTok>(p, walk, c, st.t, rows, idx);
@@ -366,47 +424,114 @@ __device__ __forceinline__ void producer(const attention_params& p, const cta_st
     const int li = walk.list_of(c);
     const int b = i & 1;
     const uint32_t parity = ((i >> 1) & 1) ^ 1;  // the first use of a buffer does not wait
-    uint8_t* kbuf = st.smem + sm90_map::k + b * kOperandBytes;
-    uint8_t* valid = st.smem + sm90_map::valid + b * kKeys;
     const uint8_t* src[kTok];
     const uint8_t* sc[kTok];
 #pragma unroll
     for (int k = 0; k < kTok; ++k) resolve_index(p, li, idx[k], &src[k], &sc[k]);
-    if constexpr (F::kBf16) {
-      load_chunk_indices<kTok>(p, walk, c_next, st.t, rows, idx);
-      mbar_wait(st.empty_bar + 8 * b, parity);  // the buffer (and its flags) of two chunks ago is consumed
-      const uint32_t kaddr = smem_addr(kbuf);
+    load_chunk_indices<kTok>(p, walk, c_next, st.t, rows, idx);
+    mbar_wait(st.empty_bar + 8 * b, parity);  // the buffer (and its flags) of two chunks ago is consumed
+    const uint32_t kaddr = st.base + sm90_map::k + b * kOperandBytes;
+    uint8_t* valid = st.smem + sm90_map::valid + b * kKeys;
 #pragma unroll
-      for (int k = 0; k < kTok; ++k) {
-        const bool ok = src[k] != nullptr;
-        const uint8_t* row_src = ok ? src[k] : p.cache[li].base;  // not read when zero-filling
+    for (int k = 0; k < kTok; ++k) {
+      const bool ok = src[k] != nullptr;
+      const uint8_t* row_src = ok ? src[k] : p.cache[li].base;  // not read when zero-filling
 #pragma unroll
-        for (int j = 0; j < kHeadDim / 8 / 4; ++j) {
-          const int unit = 4 * j + q;  // column j / 2, slot quad[j % 2]
-          cp_async16_zfill(kaddr + (j / 2) * kColBytes + slots[k].quad[j % 2], row_src + (ok ? 16 * unit : 0), ok);
-        }
-        if (q == 0) valid[rows[k]] = ok ? 1 : 0;
+      for (int j = 0; j < kHeadDim / 8 / 4; ++j) {
+        const int unit = 4 * j + q;  // column j / 2, slot quad[j % 2]
+        cp_async16_zfill(kaddr + (j / 2) * kColBytes + slots[k].quad[j % 2], row_src + (ok ? 16 * unit : 0), ok);
       }
-      cp_async_arrive(st.full_bar + 8 * b);
-      mbar_arrive(st.full_bar + 8 * b);
-    } else {
-      row_share<L> share[kTok];
+      if (q == 0) valid[rows[k]] = ok ? 1 : 0;
+    }
+    cp_async_arrive(st.full_bar + 8 * b);
+    mbar_arrive(st.full_bar + 8 * b);
+    c = c_next;
+  }
+}
+
+// The FP8 producer: a software pipeline over row jobs (one row of one chunk per thread), two in
+// flight in registers. Slot s holds the job being converted while the other slot's loads are in
+// flight, so each row's memory latency hides behind the conversion of another:
+//   one row per chunk and thread (kTok 2, single CTA): slot s = row s of every chunk;
+//   CTA pairs (kTok 1): slot s = the thread's row of every other chunk (s = chunk parity).
+// A slot's next job is issued as soon as its data is stored; list entries load one job ahead.
+template <uint32_t L, int CLUSTER>
+struct convert_slot {
+  int c;                    // chunk of the job in the registers (>= walk.c_end: none)
+  int32_t idx_next;         // list entry of the slot's next job
+  const uint8_t* src;       // row (nullptr: invalid candidate)
+  const uint8_t* sc;        // its UE8M0 scales
+  row_share<L> share;       // the row's bytes (this thread's pieces)
+};
+
+template <uint32_t L, int CLUSTER>
+__device__ __forceinline__ void producer_convert(const attention_params& p, const cta_state& st,
+                                                 const chunk_walk& walk, uint32_t rank, int warp, int lane) {
+  constexpr int kTok = 2 / CLUSTER;  // rows per chunk and thread
+  const int q = lane >> 3;
+  const bool stamp = warp == 0 && lane == 0;
+  int rows[2];
+  row_slots slots[2];
 #pragma unroll
-      for (int k = 0; k < kTok; ++k) load_share<L>(share[k], src[k], sc[k], q);
-      load_chunk_indices<kTok>(p, walk, c_next, st.t, rows, idx);
-      const uint32_t kbuf_remote = CLUSTER > 1 ? map_remote(smem_addr(kbuf), st.peer) : 0u;
-      const uint32_t valid_remote = CLUSTER > 1 ? map_remote(smem_addr(valid), st.peer) : 0u;
-      mbar_wait(st.empty_bar + 8 * b, parity);
+  for (int s = 0; s < 2; ++s) {
+    rows[s] = (CLUSTER > 1 ? static_cast<int>(rank) * 32 : 32 * s) + 8 * warp + (lane & 7);
+    slots[s] = make_row_slots(rows[s], q);
+  }
+  // A slot's chunk stream: every chunk (kTok 2) or every other one (kTok 1).
+  auto advance = [&](int c) {
+    c = walk.next_active(c + 1);
+    return kTok == 2 ? c : walk.next_active(c + 1);
+  };
+  auto entry = [&](int c, int row) {
+    int32_t idx[1];
+    load_chunk_indices<1>(p, walk, c, st.t, &row, idx);
+    return idx[0];
+  };
+  // Issues the loads of slot j's job for chunk c (its entry already in idx_next) and the entry load
+  // of the job after it.
+  auto issue = [&](convert_slot<L, CLUSTER>& j, int c, int row) {
+    j.c = c;
+    j.src = nullptr;
+    j.sc = nullptr;
+    if (c < walk.c_end) resolve_index(p, walk.list_of(c), j.idx_next, &j.src, &j.sc);
+    load_share<L>(j.share, j.src, j.sc, q);
+    j.idx_next = entry(advance(c), row);
+  };
+  convert_slot<L, CLUSTER> js[2];
+  const int c0 = walk.next_active(st.c_begin);
+  const int c1 = kTok == 2 ? c0 : walk.next_active(c0 + 1);
 #pragma unroll
-      for (int k = 0; k < kTok; ++k) {
-        const bool ok = src[k] != nullptr;
-        if (q == 0) {
-          valid[rows[k]] = ok ? 1 : 0;
-          if constexpr (CLUSTER > 1) st_remote8(valid_remote + rows[k], ok ? 1 : 0);
-        }
-        const uint32_t inexact = store_share<L, CLUSTER>(share[k], slots[k], kbuf, kbuf_remote);
-        if (inexact != 0u) fix_groups<L, CLUSTER>(inexact, src[k], share[k].scales, slots[k], q, kbuf, kbuf_remote);
+  for (int s = 0; s < 2; ++s) {
+    const int c = s == 0 ? c0 : c1;
+    js[s].idx_next = entry(c, rows[s]);
+    issue(js[s], c, rows[s]);
+  }
+  // Converts slot s's job into chunk i's buffer, hands the buffer over when it is the chunk's last
+  // job, then issues the slot's next job.
+  auto process = [&](int s, int i) {
+    convert_slot<L, CLUSTER>& j = js[s];
+    const int b = i & 1;
+    uint8_t* kbuf = st.smem + sm90_map::k + b * kOperandBytes;
+    uint8_t* valid = st.smem + sm90_map::valid + b * kKeys;
+    const uint32_t kbuf_remote = CLUSTER > 1 ? map_remote(smem_addr(kbuf), st.peer) : 0u;
+    const uint32_t valid_remote = CLUSTER > 1 ? map_remote(smem_addr(valid), st.peer) : 0u;
+    if (kTok == 1 || s == 0) {
+      if (stamp) trace::chunk(i, trace::kProdTop);
+      mbar_wait(st.empty_bar + 8 * b, ((i >> 1) & 1) ^ 1);  // the first use of a buffer does not wait
+      if (stamp) {
+        trace::chunk(i, trace::kProdEmpty);
+        trace::chunk_after(i, trace::kProdData, j.share.fp8[0].x ^ j.share.rope[0].x,
+                           smem_addr(st.smem + sm90_map::counts + 8));
       }
+    }
+    const bool ok = j.src != nullptr;
+    if (q == 0) {
+      valid[rows[s]] = ok ? 1 : 0;
+      if constexpr (CLUSTER > 1) st_remote8(valid_remote + rows[s], ok ? 1 : 0);
+    }
+    const uint32_t inexact = store_share<L, CLUSTER>(j.share, slots[s], kbuf, kbuf_remote);
+    if (inexact != 0u) fix_groups<L, CLUSTER>(inexact, j.src, j.share.scales, slots[s], q, kbuf, kbuf_remote);
+    if (kTok == 1 || s == 1) {
       // The tensor cores read the buffers through the async proxy.
       if constexpr (CLUSTER > 1) {
         fence_proxy_async_cluster();
@@ -416,55 +541,75 @@ __device__ __forceinline__ void producer(const attention_params& p, const cta_st
         fence_proxy_async();
         mbar_arrive(st.full_bar + 8 * b);
       }
+      if (stamp) trace::chunk(i, trace::kProdFull);
     }
-    c = c_next;
+    issue(j, advance(j.c), rows[s]);
+  };
+  for (int i = 0; js[0].c < walk.c_end;) {
+    process(0, i);
+    if (kTok == 1) ++i;
+    if (js[1].c >= walk.c_end) break;
+    process(1, i);
+    ++i;
   }
+  if (stamp) trace::header(trace::kProdEnd);
+}
+
+// Byte offset of 16-byte unit `unit` (of 32) of row r in one warpgroup's bf16 output staging (64 rows
+// x 256 dims): units XORed with r % 8, so both the fragment writes and the row reads are
+// conflict-free without padding.
+__device__ __forceinline__ uint32_t stage_offset(int r, int unit) {
+  return static_cast<uint32_t>(r * kStageRowBytes + ((unit ^ (r & 7)) << 4));
 }
 
 // Normalises (sink) and writes this warpgroup's half of O, or its split partials. WG0 has
-// published the final row max and sum in m_fin / l_fin before the first barrier.
+// published the final row max and sum in m_fin / l_fin before the barrier. Each warpgroup stages
+// its own half in its own half of the Q tile (no longer read once both warpgroups are past the
+// barrier: WG0's last S = Q K^T is complete before it arrives), so the only cross-warpgroup
+// ordering is m_fin / l_fin.
 __device__ __forceinline__ void epilogue(const attention_params& p, const cta_state& st, int wg, int tid, int row0,
                                          int tig, const float* o) {
   const float* m_fin = reinterpret_cast<const float*>(st.smem + sm90_map::m_fin);
   const float* l_fin = reinterpret_cast<const float*>(st.smem + sm90_map::l_fin);
-  named_sync(3, 256);  // final m / l visible; every wgmma of both warpgroups is complete
+  const float* f_fin = reinterpret_cast<const float*>(st.smem + sm90_map::f_fin);
+  named_sync(3, 256);  // final m / l / factors visible; every wgmma of both warpgroups is complete
+  if (tid == 0) trace::header(trace::kEpiBar);
   const int dim0 = wg * 256;
+  const int wtid = tid % 128;
   const int64_t t = st.t;
   if (p.num_splits == 1) {
-    uint8_t* stage = st.smem + sm90_map::k;  // the K buffers are free now
+    uint8_t* stage = st.smem + sm90_map::q + wg * kStageBytes;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = row0 + 8 * h;
-      const int head = st.head0 + r;
-      const float factor = row_output_factor(p, head, m_fin[r], l_fin[r]);
+      const float factor = f_fin[r];
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
-        const int d = dim0 + 8 * j + 2 * tig;
-        *reinterpret_cast<uint32_t*>(stage + r * kOutStride + 2 * d) =
+        *reinterpret_cast<uint32_t*>(stage + stage_offset(r, j) + 4 * tig) =
             pack_bf16(o[4 * j + 2 * h] * factor, o[4 * j + 2 * h + 1] * factor);
       }
     }
-    named_sync(3, 256);
-    constexpr int kUnits = kHeadDim / 8;
-    for (int u = tid; u < kRows * kUnits; u += 256) {
-      const int r = u / kUnits;
-      const int d = (u % kUnits) * 8;
-      const int head = st.head0 + r;
-      if (head >= p.num_heads) continue;
-      store_out8(p, t, head, d, *reinterpret_cast<const uint4*>(stage + r * kOutStride + 2 * d));
+    named_sync(5 + wg, 128);  // this warpgroup's staging is complete
+    if (tid == 0) trace::header(trace::kEpiStaged);
+    // Thread: unit wtid % 32 of rows wtid / 32 + 4m (one warp writes one row's 512 bytes).
+    const int unit = wtid % 32;
+    const int rows = min(kRows, p.num_heads - st.head0);
+    const int64_t out0 = token_offset(p.out, t, p.seq_q, st.head0) + dim0 + 8 * unit;
+#pragma unroll 4
+    for (int r = wtid / 32; r < rows; r += 4) {
+      store_out8_at(p, out0 + r * p.out.stride_h, *reinterpret_cast<const uint4*>(stage + stage_offset(r, unit)));
     }
-    if (tid < kRows && st.head0 + tid < p.num_heads) write_row_stats(p, t, st.head0 + tid, m_fin[tid], l_fin[tid]);
+    if (tid < rows) write_row_stats(p, t, st.head0 + tid, m_fin[tid], l_fin[tid]);
   } else {
     const int64_t pbase = (t * p.num_splits + st.split) * p.num_heads;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int head = st.head0 + row0 + 8 * h;
       if (head >= p.num_heads) continue;
-      float* po = p.partial_o + (pbase + head) * kHeadDim;
+      float* po = p.partial_o + (pbase + head) * kHeadDim + dim0 + 2 * tig;
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
-        const int d = dim0 + 8 * j + 2 * tig;
-        *reinterpret_cast<float2*>(po + d) = make_float2(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
+        *reinterpret_cast<float2*>(po + 8 * j) = make_float2(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
       }
     }
     if (tid < kRows && st.head0 + tid < p.num_heads) {
@@ -517,6 +662,7 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
     const uint32_t k_desc = k_desc0 + b * (kOperandBytes >> 4);
     const uint32_t v_desc = v_desc0 + b * (kOperandBytes >> 4);
     mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
+    if (tid == 0) trace::chunk(i, trace::kWg0Full);
     if constexpr (kCopied) fence_proxy_async();
     // S = Q K^T over 512 dims: 32 k-steps of 16 (4 per 64-dim column, 32 bytes apart).
     float s[32];
@@ -530,6 +676,7 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
     wgmma_commit();
     wgmma_wait0();
     wgmma_fence_operands32(s);
+    if (tid == 0) trace::chunk(i, trace::kWg0Qk);
     // Online softmax (base 2). s[4j + {0,1}]: row0, keys 8j + 2 tig + {0,1}; s[4j + {2,3}]: row0 + 8.
     const float scl = p.logit_scale_log2[li];
     const float vs = kValueScale ? p.value_scale[li] : 1.0f;
@@ -587,6 +734,7 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
     }
     fence_proxy_async();
     named_arrive(1 + b, 256);
+    if (tid == 0) trace::chunk(i, trace::kWg0P);
     // O[:, 0:256] = alpha O + P V (P from registers: the S accumulator layout is the A layout).
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
@@ -605,6 +753,13 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
     wgmma_wait0();
     wgmma_fence_operands128(o);
     release_buffer<CLUSTER>(st, b);
+    if (tid == 0) trace::chunk(i, trace::kWg0Pv);
+  }
+  if (tid == 0) {
+    trace::header(trace::kWg0Epi);
+#if defined(DSV4_SM90_TRACE)
+    if (uint32_t* r = trace::record()) r[trace::kChunksRun] = static_cast<uint32_t>(i);
+#endif
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -614,12 +769,22 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
   if (tig == 0) {
     float* m_fin = reinterpret_cast<float*>(st.smem + sm90_map::m_fin);
     float* l_fin = reinterpret_cast<float*>(st.smem + sm90_map::l_fin);
+    float* f_fin = reinterpret_cast<float*>(st.smem + sm90_map::f_fin);
+    const float* sink = reinterpret_cast<const float*>(st.smem + sm90_map::sink);
     m_fin[row0] = m_run[0];
     m_fin[row0 + 8] = m_run[1];
     l_fin[row0] = l_run[0];
     l_fin[row0 + 8] = l_run[1];
+    f_fin[row0] = row_output_factor_sink(sink[row0], m_run[0], l_run[0]);
+    f_fin[row0 + 8] = row_output_factor_sink(sink[row0 + 8], m_run[1], l_run[1]);
   }
   epilogue(p, st, 0, tid, row0, tig, o);
+  if (tid == 0) {
+    trace::header(trace::kWg0End);
+#if defined(DSV4_SM90_TRACE)
+    if (uint32_t* r = trace::record()) r[trace::kGlobalEnd] = trace::global_ns();
+#endif
+  }
 }
 
 // WG1: O[:, 256:512] += P V with P and alpha from WG0.
@@ -643,6 +808,7 @@ __device__ __forceinline__ void consumer1(const attention_params& p, const cta_s
     mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
     if constexpr (kCopied) fence_proxy_async();
     named_sync(1 + b, 256);  // P and alpha of this chunk are ready
+    if (wtid == 0) trace::chunk(i, trace::kWg1P);
     const float* alpha = reinterpret_cast<const float*>(st.smem + sm90_map::alpha) + b * kRows;
     const float a0 = alpha[row0];
     const float a1 = alpha[row0 + 8];
@@ -663,8 +829,10 @@ __device__ __forceinline__ void consumer1(const attention_params& p, const cta_s
     wgmma_wait0();
     wgmma_fence_operands128(o);
     release_buffer<CLUSTER>(st, b);
+    if (wtid == 0) trace::chunk(i, trace::kWg1Pv);
   }
   epilogue(p, st, 1, tid, row0, lane % 4, o);
+  if (wtid == 0) trace::header(trace::kWg1End);
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
@@ -685,6 +853,17 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
 
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int tid = threadIdx.x;
+#if defined(DSV4_SM90_TRACE)
+  if (tid == 0) {
+    if (uint32_t* r = trace::record()) {
+      uint32_t sm;
+      asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+      r[trace::kSm] = sm;
+      r[trace::kGlobalStart] = trace::global_ns();
+    }
+    trace::header(trace::kStart);
+  }
+#endif
   const int64_t cta = blockIdx.x;
   const int group = static_cast<int>(cta % p.head_groups);
   st.split = static_cast<int>((cta / p.head_groups) % p.num_splits);
@@ -715,25 +894,32 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
   } else {
     __syncthreads();
   }
+  if (tid == 0) trace::header(trace::kInit);
   // Q tile (64 heads, swizzled; padding heads zero), loaded by the consumers while the producer
   // already gathers the first chunk: 16-byte units, cp.async when aligned.
   if (tid < 256) {
-    constexpr int units = kHeadDim / 8;
-    for (int u = tid; u < kRows * units; u += 256) {
-      const int r = u / units;
-      const int k = u % units;
+    // Sink logits of the CTA's heads (padding heads -inf), read by WG0 once the loop is done.
+    if (tid < kRows) {
+      const int h = st.head0 + tid;
+      reinterpret_cast<float*>(st.smem + sm90_map::sink)[tid] = h < p.num_heads ? head_sink(p, h) : -INFINITY;
+    }
+    // Thread: 16-byte unit tid % 64 of rows tid / 64 + 4m.
+    const int k = tid % 64;
+    const int64_t q0 = token_offset(p.q, t, p.seq_q, st.head0);
+    for (int r = tid / 64; r < kRows; r += 4) {
       const int h = st.head0 + r;
       uint8_t* dst = st.smem + sm90_map::q + sw128(r, k);
+      const int64_t off = q0 + r * p.q.stride_h + 8 * k;  // elements
       if (h >= p.num_heads) {
         *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
       } else if (p.q_is_fp8) {
-        const uint8_t* src = static_cast<const uint8_t*>(p.q.data) + token_offset(p.q, t, p.seq_q, h) + 8 * k;
+        const uint8_t* src = static_cast<const uint8_t*>(p.q.data) + off;
         uint2 raw;
         uint8_t* rb = reinterpret_cast<uint8_t*>(&raw);
         for (int i = 0; i < 8; ++i) rb[i] = src[i];
         *reinterpret_cast<uint4*>(dst) = fp8x8_to_bf16x8_pow2(raw, 127u);
       } else {
-        const uint16_t* src = static_cast<const uint16_t*>(p.q.data) + token_offset(p.q, t, p.seq_q, h) + 8 * k;
+        const uint16_t* src = static_cast<const uint16_t*>(p.q.data) + off;
         if (p.q_aligned16) {
           cp_async16(dst, src);
         } else {
@@ -743,9 +929,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
       }
     }
     cp_async_commit();
+    if (tid == 0) trace::header(trace::kQIssued);
     cp_async_wait_all();
     fence_proxy_async();
     named_sync(4, 256);
+    if (tid == 0) trace::header(trace::kQReady);
   }
 
   const int total_chunks = p.chunks[0] + p.chunks[1];
@@ -762,7 +950,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
     consumer1<CLUSTER, row_format<L>::kBf16>(p, st, walk, tid);
   } else {
     set_max_registers_dec<152>();
-    producer<L, CLUSTER>(p, st, walk, rank, (tid % 128) / 32, tid % 32);
+    if constexpr (row_format<L>::kBf16) {
+      producer_copy<L>(p, st, walk, (tid % 128) / 32, tid % 32);
+    } else {
+      producer_convert<L, CLUSTER>(p, st, walk, rank, (tid % 128) / 32, tid % 32);
+    }
   }
   if constexpr (CLUSTER > 1) cluster_sync();  // the peer may still arrive on / write to this CTA
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -811,7 +1003,23 @@ bool attention_sm90_compiled() {
   return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
 }
 
+#if defined(DSV4_SM90_TRACE)
+namespace trace_host {
+uint32_t* buf = nullptr;   // device buffer of kMaxCtas records
+constexpr uint32_t kMaxCtas = 16384;
+uint32_t last_ctas = 0;
+}  // namespace trace_host
+#endif
+
 cudaError_t attention_sm90_configure() {
+#if defined(DSV4_SM90_TRACE)
+  if (trace_host::buf == nullptr) {
+    const size_t bytes = size_t(trace_host::kMaxCtas) * trace::kSlots * 4;
+    if (cudaMalloc(&trace_host::buf, bytes) != cudaSuccess) return cudaErrorMemoryAllocation;
+    cudaMemset(trace_host::buf, 0, bytes);
+    cudaMemcpyToSymbol(trace::g_buf, &trace_host::buf, sizeof trace_host::buf);
+  }
+#endif
   const int bytes = static_cast<int>(kSmemBytes);
   cudaError_t err = configure_layout<DSV4_KV_LAYOUT_FP8_V4_584B>(bytes);
   if (err == cudaSuccess) err = configure_layout<DSV4_KV_LAYOUT_BF16>(bytes);
@@ -828,6 +1036,14 @@ cudaError_t attention_sm90_launch(const attention_params& p, cudaStream_t stream
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = kSmemBytes;
   cfg.stream = stream;
+#if defined(DSV4_SM90_TRACE)
+  // Tracing only: the record count travels by a synchronous copy (not graph-capturable).
+  const uint32_t traced = static_cast<uint32_t>(ctas < trace_host::kMaxCtas ? ctas : trace_host::kMaxCtas);
+  if (traced != trace_host::last_ctas) {
+    trace_host::last_ctas = traced;
+    cudaMemcpyToSymbol(trace::g_ctas, &traced, sizeof traced);
+  }
+#endif
   cudaError_t err;
   switch (p.cache[0].layout) {
     case DSV4_KV_LAYOUT_FP8_V4_584B: err = launch_layout<DSV4_KV_LAYOUT_FP8_V4_584B>(p, &cfg); break;
@@ -841,3 +1057,26 @@ cudaError_t attention_sm90_launch(const attention_params& p, cudaStream_t stream
 
 }  // namespace cuda
 }  // namespace dsv4
+
+#if defined(DSV4_SM90_TRACE)
+// Writes the records of the last traced launch: a header (CTAs, slots per CTA, clock rate in kHz)
+// and then CTAs x slots uint32 stamps. Returns 0 on success.
+extern "C" __attribute__((visibility("default"))) int dsv4_cuda_sm90_trace_dump(const char* path) {
+  using namespace dsv4::cuda;
+  if (trace_host::buf == nullptr || trace_host::last_ctas == 0) return 1;
+  if (cudaDeviceSynchronize() != cudaSuccess) return 2;
+  std::vector<uint32_t> host(size_t(trace_host::last_ctas) * trace::kSlots);
+  if (cudaMemcpy(host.data(), trace_host::buf, host.size() * 4, cudaMemcpyDeviceToHost) != cudaSuccess) return 3;
+  int khz = 0;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev);
+  FILE* out = std::fopen(path, "wb");
+  if (out == nullptr) return 4;
+  const uint32_t head[3] = {trace_host::last_ctas, static_cast<uint32_t>(trace::kSlots), static_cast<uint32_t>(khz)};
+  std::fwrite(head, 4, 3, out);
+  std::fwrite(host.data(), 4, host.size(), out);
+  std::fclose(out);
+  return 0;
+}
+#endif

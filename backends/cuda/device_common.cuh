@@ -19,11 +19,11 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
 // 16 bytes, or 16 zero bytes when !fill (src is then not read).
 __device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool fill) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(fill ? 16 : 0) : "memory");
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(fill ? 16 : 0) : "memory");
 }
 __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));
@@ -31,8 +31,15 @@ __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
 
+// Two fp32 rounded to bf16 (RNE, as the codec's f32_to_bf16; NaN stays NaN): one hardware
+// instruction on sm_80+, the shared codec elsewhere.
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+#else
   return static_cast<uint32_t>(f32_to_bf16(lo)) | (static_cast<uint32_t>(f32_to_bf16(hi)) << 16);
+#endif
 }
 
 // 8 e4m3 bytes times a scale, each product rounded to bf16: round_to_bf16(fp8_e4m3_to_f32(b) * s).
@@ -116,13 +123,22 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8_pow2(uint2 raw, uint32_t e) {
 // Finishing a (token, head) row: every attention kernel and the split combine end the same way.
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Factor for the unnormalised O of head h from its running max m (log2 domain) and sum l: the
-// attention sink applied; 0 for an empty row (no valid key) and for padding heads.
-__device__ __forceinline__ float row_output_factor(const attention_params& p, int h, float m, float l) {
-  if (l == 0.0f || h >= p.num_heads) return 0.0f;
+// Factor for the unnormalised O of a row from its running max m (log2 domain), sum l and its
+// head's sink logit (-inf: no sink, factor 1 / l exactly); 0 for an empty row (no valid key).
+__device__ __forceinline__ float row_output_factor_sink(float sink, float m, float l) {
+  if (l == 0.0f) return 0.0f;
   const float lse = (m + log2f(l)) * kLn2;
-  const float sink_factor = p.attn_sink != nullptr ? 1.0f / (1.0f + expf(p.attn_sink[h] - lse)) : 1.0f;
+  const float sink_factor = 1.0f / (1.0f + expf(sink - lse));
   return sink_factor / l;
+}
+// The sink logit of head h (-inf without sinks).
+__device__ __forceinline__ float head_sink(const attention_params& p, int h) {
+  return p.attn_sink != nullptr ? p.attn_sink[h] : -INFINITY;
+}
+// The same for head h of the run; 0 for padding heads.
+__device__ __forceinline__ float row_output_factor(const attention_params& p, int h, float m, float l) {
+  if (h >= p.num_heads) return 0.0f;
+  return row_output_factor_sink(head_sink(p, h), m, l);
 }
 
 // lse and max_logits of (t, h) when requested (empty row: +inf / -inf).
@@ -136,15 +152,19 @@ __device__ __forceinline__ void write_row_stats(const attention_params& p, int64
   }
 }
 
-// 8 finished bf16 outputs (dims [d, d + 8)) of (t, h): one 16-byte store when out rows allow it.
-__device__ __forceinline__ void store_out8(const attention_params& p, int64_t t, int h, int d, uint4 v) {
-  uint16_t* out = static_cast<uint16_t*>(p.out.data) + token_offset(p.out, t, p.seq_q, h) + d;
+// 8 finished bf16 outputs at element offset `off` of out: one 16-byte store when out rows allow it.
+__device__ __forceinline__ void store_out8_at(const attention_params& p, int64_t off, uint4 v) {
+  uint16_t* out = static_cast<uint16_t*>(p.out.data) + off;
   if (p.out_aligned16) {
     *reinterpret_cast<uint4*>(out) = v;
   } else {
     const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
     for (int i = 0; i < 8; ++i) out[i] = e[i];
   }
+}
+// The same for dims [d, d + 8) of (t, h).
+__device__ __forceinline__ void store_out8(const attention_params& p, int64_t t, int h, int d, uint4 v) {
+  store_out8_at(p, token_offset(p.out, t, p.seq_q, h) + d, v);
 }
 
 }  // namespace cuda

@@ -8,6 +8,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 #include "cuda_harness.h"
@@ -383,6 +384,15 @@ int main(int argc, char** argv) {
                   r.gbs_flashmla, r.gbs_gathered, 100.0 * r.gbs_gathered / ceil.copy_gbs,
                   100.0 * r.tflops / ceil.gemm_tflops, r.kernel);
       std::fflush(stdout);
+    }
+    // Trace builds of the module (-DDSV4_SM90_TRACE) dump the timeline of the last Hopper launch.
+    if (const char* trace_out = std::getenv("DSV4_TRACE_OUT")) {
+      using dump_fn = int (*)(const char*);
+      if (auto dump = reinterpret_cast<dump_fn>(dlsym(m.so, "dsv4_cuda_sm90_trace_dump"))) {
+        std::printf("trace: %s (rc %d)\n", trace_out, dump(trace_out));
+      } else {
+        std::printf("trace: the module was not built with DSV4_SM90_TRACE\n");
+      }
     }
     m.iface->ctx_destroy(ctx);
     return 0;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the CUDA backend, its tests and its benchmark on a GPU machine, runs them and leaves logs in
-# $OUT (default ./gpu-out). Usage: scripts/gpu/run_all.sh [test|bench|sanitize|cmake|all]...
+# $OUT (default ./gpu-out). Usage: scripts/gpu/run_all.sh [test|bench|sanitize|profile|sass|trace|cmake]...
 # Direct nvcc/g++ builds (no dependency on the rest of the tree building); `cmake` also builds the
 # whole project with CMake/Ninja and runs ctest (conformance on CUDA when GTest is present).
 set -uo pipefail
@@ -93,6 +93,23 @@ for step in "${STEPS[@]}"; do
           --section WarpStateStats --page source --print-source sass --csv "$B/bench_cuda" "$B/libdsv4-cuda.so" "$f" \
           >"$OUT/sass_$tag.csv" 2>"$OUT/sass_$tag.err"
         python3 scripts/gpu/top_sass.py "$OUT/sass_$tag.csv" 60 | tee "$OUT/top_$tag.txt"
+      done
+      ;;
+    trace)
+      # Timeline of the Hopper kernel (scripts/gpu/trace_sm90.py): a module built with
+      # -DDSV4_SM90_TRACE, the bench's last launch of each TRACE_CASE dumped and summarised.
+      build || exit 1
+      inc="-I$ROOT/include -I$ROOT/backends/include -I$ROOT/backends"
+      nvcc -O2 -std=c++17 -DDSV4_SM90_TRACE -gencode arch=compute_${ARCH},code=sm_${ARCH} \
+        -Xcompiler -fPIC,-fvisibility=hidden -shared $inc backends/cuda/module.cpp backends/cuda/attention.cu \
+        backends/cuda/attention_sm90.cu backends/cuda/paged_kv.cu -cudart static -o "$B/libdsv4-cuda-trace.so" \
+        >"$OUT/build_trace.log" 2>&1 || { cat "$OUT/build_trace.log"; exit 1; }
+      IFS=';' read -r -a TRACE_CASES <<<"${TRACE_CASE:-CONFIG1 b=64}"
+      for f in "${TRACE_CASES[@]}"; do
+        tag=$(echo "$f" | tr -c 'a-zA-Z0-9' _)
+        log "trace: $f"
+        DSV4_TRACE_OUT="$OUT/trace_$tag.bin" "$B/bench_cuda" "$B/libdsv4-cuda-trace.so" "$f" 2>&1 | tail -3
+        python3 scripts/gpu/trace_sm90.py "$OUT/trace_$tag.bin" | tee "$OUT/trace_$tag.txt"
       done
       ;;
     cmake)
