@@ -2,16 +2,17 @@
 //
 // One CTA = one (token, key split, 64-head group); 384 threads in three warpgroups:
 //   WG2 (producer): gathers the chunk's key rows (64 list positions) from the caches into
-//       registers (all of a chunk's loads in flight at once), dequantises FP8 rows to bf16 and
-//       stores them into one of two K buffers (128-byte swizzled wgmma layout); bf16 rows are copied
-//       there with cp.async. A per-buffer mbarrier pair (full / empty) hands buffers over.
+//       registers (one row's loads in flight while another row converts), dequantises FP8 rows to
+//       bf16 and stores them into one of two K buffers (128-byte swizzled wgmma layout); bf16 rows
+//       are copied there with cp.async. A per-buffer mbarrier pair (full / empty) hands buffers over.
 //   WG0: S = Q K^T (wgmma m64n64k16, Q and K from shared memory), online softmax in registers,
 //       P (bf16) to shared memory for WG1, O[:, 0:256] += P V with P straight from registers.
 //   WG1: O[:, 256:512] += P V with P from shared memory (alpha from WG0 rescales O first).
 // V is the K buffer itself read as an MN-major operand (the same bytes, no transpose).
 // For 65..128 heads over FP8 caches two CTAs (the two head groups of a token and split) form a
 // cluster: each producer dequantises half of every chunk and writes it into both CTAs' buffers
-// (distributed shared memory), so each key row is gathered and converted once for all 128 heads.
+// (asynchronous stores into the peer's shared memory, counted by a transaction barrier there), so
+// each key row is gathered and converted once for all 128 heads.
 // Numerics match attention.cu: logits scaled in fp32 (base 2), P rounded to bf16, fp32 O and sums.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -50,13 +51,13 @@ struct sm90_map {
   static constexpr int k = q + kOperandBytes;              // two K buffers
   static constexpr int p = k + 2 * kOperandBytes;          // two P buffers
   static constexpr int alpha = p + 2 * kPBytes;            // [2][64] fp32
-  static constexpr int valid = alpha + 2 * kRows * 4;      // [2][64] bytes
-  static constexpr int m_fin = valid + 2 * kKeys;          // [64] fp32
+  static constexpr int valid = alpha + 2 * kRows * 4;      // [2][64] uint32 flags
+  static constexpr int m_fin = valid + 2 * kKeys * 4;      // [64] fp32
   static constexpr int l_fin = m_fin + kRows * 4;          // [64] fp32
   static constexpr int f_fin = l_fin + kRows * 4;          // [64] fp32 output factor (sink, 1 / l)
   static constexpr int sink = f_fin + kRows * 4;           // [64] fp32 sink logits (-inf: none)
-  static constexpr int bars = sink + kRows * 4;            // full[2], empty[2] (8 bytes each)
-  static constexpr int counts = bars + 4 * 8;              // list counts [2]
+  static constexpr int bars = sink + kRows * 4;            // full[2], empty[2], remote[2] (8 bytes each)
+  static constexpr int counts = bars + 6 * 8;              // list counts [2]
   static constexpr int total = counts + 16;
 };
 static_assert(2 * kStageBytes <= kOperandBytes, "both warpgroups' output staging fits in the Q tile");
@@ -153,9 +154,6 @@ __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.s
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-__device__ __forceinline__ void fence_proxy_async_cluster() {
-  asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");
-}
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -178,8 +176,8 @@ __device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t rank) 
       : "memory");
 }
 // Default (CTA-scope) semantics: an acquire at cluster scope invalidates L1 on every wait (ncu:
-// CCTL.IVALL was a third of the stall samples). Remote writes are ordered by the writer's proxy fence
-// and its arrive on this CTA's barrier.
+// CCTL.IVALL was a third of the stall samples). The peer's rows arrive by st.async, whose
+// completion the remote barrier's transaction count tracks.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred done;\nWAIT_%=:\n"
@@ -201,13 +199,22 @@ __device__ __forceinline__ uint32_t map_remote(uint32_t addr, uint32_t rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
   return r;
 }
-__device__ __forceinline__ void st_remote16(uint32_t addr, uint4 v) {
-  asm volatile("st.shared::cluster.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z),
-               "r"(v.w)
+// Asynchronous stores into the peer CTA's shared memory (addresses from map_remote), each counted
+// as bytes of the peer's transaction barrier `bar` (also a peer address): no fence, no waiting.
+__device__ __forceinline__ void st_async16(uint32_t addr, uint4 v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
+                   addr),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
                : "memory");
 }
-__device__ __forceinline__ void st_remote8(uint32_t addr, uint8_t v) {
-  asm volatile("st.shared::cluster.u8 [%0], %1;\n" ::"r"(addr), "h"(static_cast<uint16_t>(v)) : "memory");
+__device__ __forceinline__ void st_async4(uint32_t addr, uint32_t v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(addr), "r"(v),
+               "r"(bar)
+               : "memory");
+}
+// Arrives on this CTA's `bar` and adds `bytes` to the transaction bytes its phase waits for.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 template <int N>
 __device__ __forceinline__ void set_max_registers_inc() {
@@ -279,11 +286,22 @@ __device__ __forceinline__ void load_share(row_share<L>& r, const uint8_t* src, 
   if constexpr (F::kV4) r.scales = ld_nc8(sc);
 }
 
-// One 16-byte unit at byte offset `off` of this CTA's buffer and, in a CTA pair, the peer's.
+// Where a producer thread writes a chunk: this CTA's buffer and, in a CTA pair, the peer's
+// buffer and the peer's transaction barrier its asynchronous stores count on.
+struct chunk_dst {
+  uint8_t* local;
+  uint32_t remote;
+  uint32_t remote_bar;
+};
+// One 16-byte unit at byte offset `off` of this CTA's buffer and, in a CTA pair, the peer's (unless
+// `to_peer` is false: a unit redone later by fix_groups reaches the peer once, as its barrier
+// counts bytes).
 template <int CLUSTER>
-__device__ __forceinline__ void put_unit(uint8_t* local, uint32_t remote, uint32_t off, uint4 v) {
-  *reinterpret_cast<uint4*>(local + off) = v;
-  if constexpr (CLUSTER > 1) st_remote16(remote + off, v);
+__device__ __forceinline__ void put_unit(const chunk_dst& d, uint32_t off, uint4 v, bool to_peer = true) {
+  *reinterpret_cast<uint4*>(d.local + off) = v;
+  if constexpr (CLUSTER > 1) {
+    if (to_peer) st_async16(d.remote + off, v, d.remote_bar);
+  }
 }
 
 // A thread's 16-byte units of one row sit at 4 positions of the 128B swizzle, the same in every
@@ -315,8 +333,7 @@ __device__ __forceinline__ uint32_t group_scale(uint2 scales, int g) {
 // which fix_groups redoes afterwards. Keeping that rare path out of the unrolled loop keeps the
 // kernel small (and free of calls, which would cost the consumers their register budgets).
 template <uint32_t L, int CLUSTER>
-__device__ __forceinline__ uint32_t store_share(const row_share<L>& r, const row_slots& slot, uint8_t* local,
-                                                uint32_t remote) {
+__device__ __forceinline__ uint32_t store_share(const row_share<L>& r, const row_slots& slot, const chunk_dst& d) {
   using F = row_format<L>;
   uint32_t inexact = 0;
 #pragma unroll
@@ -324,28 +341,27 @@ __device__ __forceinline__ uint32_t store_share(const row_share<L>& r, const row
     const uint4& w = r.fp8[g];
     const uint32_t e = group_scale<L>(r.scales, g);
     const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-    inexact |= pow2_fast_is_exact<4>(words, e) ? 0u : 1u << g;
-    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.pair[0], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.x, w.y), e));
-    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.pair[1], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.z, w.w), e));
+    const bool exact = pow2_fast_is_exact<4>(words, e);
+    inexact |= exact ? 0u : 1u << g;
+    put_unit<CLUSTER>(d, g * kColBytes + slot.pair[0], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.x, w.y), e), exact);
+    put_unit<CLUSTER>(d, g * kColBytes + slot.pair[1], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.z, w.w), e), exact);
   }
 #pragma unroll
-  for (int g = 0; g < F::kRopeGroups; ++g) {
-    put_unit<CLUSTER>(local, remote, F::kRopeUnit0 / 8 * kColBytes + slot.quad[g], r.rope[g]);
-  }
+  for (int g = 0; g < F::kRopeGroups; ++g) put_unit<CLUSTER>(d, F::kRopeUnit0 / 8 * kColBytes + slot.quad[g], r.rope[g]);
   return inexact;
 }
 
 // Rewrites the `inexact` groups of a thread's share of `row` through fp32 (reloading their bytes).
 template <uint32_t L, int CLUSTER>
 __device__ __forceinline__ void fix_groups(uint32_t inexact, const uint8_t* src, uint2 scales, const row_slots& slot,
-                                           int q, uint8_t* local, uint32_t remote) {
+                                           int q, const chunk_dst& d) {
 #pragma unroll 1
   for (; inexact != 0u; inexact &= inexact - 1u) {
     const int g = __ffs(inexact) - 1;
     const uint4 w = ld_nc16(src + 64 * g + 16 * q);
     const float s = ue8m0_to_f32(static_cast<uint8_t>(group_scale<L>(scales, g)));
-    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.pair[0], fp8x8_to_bf16x8(make_uint2(w.x, w.y), s));
-    put_unit<CLUSTER>(local, remote, g * kColBytes + slot.pair[1], fp8x8_to_bf16x8(make_uint2(w.z, w.w), s));
+    put_unit<CLUSTER>(d, g * kColBytes + slot.pair[0], fp8x8_to_bf16x8(make_uint2(w.x, w.y), s));
+    put_unit<CLUSTER>(d, g * kColBytes + slot.pair[1], fp8x8_to_bf16x8(make_uint2(w.z, w.w), s));
   }
 }
 
@@ -394,12 +410,16 @@ struct cta_state {
   int c_begin;
   uint32_t peer;   // cluster: the other CTA's rank
   uint32_t full_bar, empty_bar;  // [b] at + 8b
+  uint32_t remote_bar;           // CTA pairs: [b] at + 8b, the peer's rows of buffer b (transaction bytes)
 };
 
-// Full-barrier arrivals per chunk: every producer thread of the cluster; a bf16 producer thread
-// arrives twice (its stores of the valid flags, and its cp.async copies landing).
-template <uint32_t L, int CLUSTER>
-constexpr uint32_t kFullArrivals = row_format<L>::kBf16 ? 256u : 128u * CLUSTER;
+// Full-barrier arrivals per chunk: every producer thread of the CTA; a bf16 producer thread arrives
+// twice (its stores of the valid flags, and its cp.async copies landing). In a CTA pair the peer's
+// half of the chunk arrives on the remote barrier instead: kPeerBytes of asynchronous stores (32
+// bf16 rows and their valid flags), expected by this CTA's producer once per chunk.
+template <uint32_t L>
+constexpr uint32_t kFullArrivals = row_format<L>::kBf16 ? 256u : 128u;
+constexpr uint32_t kPeerBytes = 32u * (kHeadDim * 2 + 4);
 
 // The bf16 producer (lane map above): rows are copied into the swizzled buffer with cp.async
 // (zero-filled for invalid rows) and the copies complete on the full barrier, so nothing here waits
@@ -431,7 +451,7 @@ __device__ __forceinline__ void producer_copy(const attention_params& p, const c
     load_chunk_indices<kTok>(p, walk, c_next, st.t, rows, idx);
     mbar_wait(st.empty_bar + 8 * b, parity);  // the buffer (and its flags) of two chunks ago is consumed
     const uint32_t kaddr = st.base + sm90_map::k + b * kOperandBytes;
-    uint8_t* valid = st.smem + sm90_map::valid + b * kKeys;
+    uint32_t* valid = reinterpret_cast<uint32_t*>(st.smem + sm90_map::valid) + b * kKeys;
 #pragma unroll
     for (int k = 0; k < kTok; ++k) {
       const bool ok = src[k] != nullptr;
@@ -441,7 +461,7 @@ __device__ __forceinline__ void producer_copy(const attention_params& p, const c
         const int unit = 4 * j + q;  // column j / 2, slot quad[j % 2]
         cp_async16_zfill(kaddr + (j / 2) * kColBytes + slots[k].quad[j % 2], row_src + (ok ? 16 * unit : 0), ok);
       }
-      if (q == 0) valid[rows[k]] = ok ? 1 : 0;
+      if (q == 0) valid[rows[k]] = ok ? 1u : 0u;
     }
     cp_async_arrive(st.full_bar + 8 * b);
     mbar_arrive(st.full_bar + 8 * b);
@@ -469,7 +489,8 @@ __device__ __forceinline__ void producer_convert(const attention_params& p, cons
                                                  const chunk_walk& walk, uint32_t rank, int warp, int lane) {
   constexpr int kTok = 2 / CLUSTER;  // rows per chunk and thread
   const int q = lane >> 3;
-  const bool stamp = warp == 0 && lane == 0;
+  const bool leader = warp == 0 && lane == 0;
+  const bool stamp = leader;  // trace builds only
   int rows[2];
   row_slots slots[2];
 #pragma unroll
@@ -511,36 +532,35 @@ __device__ __forceinline__ void producer_convert(const attention_params& p, cons
   auto process = [&](int s, int i) {
     convert_slot<L, CLUSTER>& j = js[s];
     const int b = i & 1;
-    uint8_t* kbuf = st.smem + sm90_map::k + b * kOperandBytes;
-    uint8_t* valid = st.smem + sm90_map::valid + b * kKeys;
-    const uint32_t kbuf_remote = CLUSTER > 1 ? map_remote(smem_addr(kbuf), st.peer) : 0u;
-    const uint32_t valid_remote = CLUSTER > 1 ? map_remote(smem_addr(valid), st.peer) : 0u;
+    uint32_t* valid = reinterpret_cast<uint32_t*>(st.smem + sm90_map::valid) + b * kKeys;
+    chunk_dst d{st.smem + sm90_map::k + b * kOperandBytes, 0u, 0u};
+    if constexpr (CLUSTER > 1) {
+      d.remote = map_remote(smem_addr(d.local), st.peer);
+      d.remote_bar = map_remote(st.remote_bar + 8 * b, st.peer);
+    }
     if (kTok == 1 || s == 0) {
       if (stamp) trace::chunk(i, trace::kProdTop);
       mbar_wait(st.empty_bar + 8 * b, ((i >> 1) & 1) ^ 1);  // the first use of a buffer does not wait
+      // Buffer b's previous phase is complete (its consumers waited for it): expect the peer's rows.
+      if (CLUSTER > 1 && leader) mbar_arrive_expect_tx(st.remote_bar + 8 * b, kPeerBytes);
       if (stamp) {
         trace::chunk(i, trace::kProdEmpty);
         trace::chunk_after(i, trace::kProdData, j.share.fp8[0].x ^ j.share.rope[0].x,
                            smem_addr(st.smem + sm90_map::counts + 8));
       }
     }
-    const bool ok = j.src != nullptr;
+    const uint32_t ok = j.src != nullptr ? 1u : 0u;
     if (q == 0) {
-      valid[rows[s]] = ok ? 1 : 0;
-      if constexpr (CLUSTER > 1) st_remote8(valid_remote + rows[s], ok ? 1 : 0);
+      valid[rows[s]] = ok;
+      if constexpr (CLUSTER > 1) st_async4(map_remote(smem_addr(valid + rows[s]), st.peer), ok, d.remote_bar);
     }
-    const uint32_t inexact = store_share<L, CLUSTER>(j.share, slots[s], kbuf, kbuf_remote);
-    if (inexact != 0u) fix_groups<L, CLUSTER>(inexact, j.src, j.share.scales, slots[s], q, kbuf, kbuf_remote);
+    const uint32_t inexact = store_share<L, CLUSTER>(j.share, slots[s], d);
+    if (inexact != 0u) fix_groups<L, CLUSTER>(inexact, j.src, j.share.scales, slots[s], q, d);
     if (kTok == 1 || s == 1) {
-      // The tensor cores read the buffers through the async proxy.
-      if constexpr (CLUSTER > 1) {
-        fence_proxy_async_cluster();
-        mbar_arrive(st.full_bar + 8 * b);
-        mbar_arrive_remote(st.full_bar + 8 * b, st.peer);
-      } else {
-        fence_proxy_async();
-        mbar_arrive(st.full_bar + 8 * b);
-      }
+      // The tensor cores read the buffers through the async proxy; the peer's copy of this half
+      // completes on its remote barrier.
+      fence_proxy_async();
+      mbar_arrive(st.full_bar + 8 * b);
       if (stamp) trace::chunk(i, trace::kProdFull);
     }
     issue(j, advance(j.c), rows[s]);
@@ -620,6 +640,17 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
   }
 }
 
+// Waits until buffer b holds the chunk: this CTA's producer has stored its rows (full barrier)
+// and, in a CTA pair, the peer's asynchronous stores of the other half have landed (remote
+// barrier). Data that did not come through this CTA's generic-proxy stores and proxy fence
+// (cp.async copies, the peer's stores) is ordered before the tensor cores' reads by a proxy fence.
+template <int CLUSTER, bool kCopied>
+__device__ __forceinline__ void wait_chunk(const cta_state& st, int b, uint32_t parity) {
+  mbar_wait(st.full_bar + 8 * b, parity);
+  if constexpr (CLUSTER > 1) mbar_wait(st.remote_bar + 8 * b, parity);
+  if constexpr (kCopied || CLUSTER > 1) fence_proxy_async();
+}
+
 // Tells the producers of the cluster that buffer b is consumed by this thread: every consumer
 // thread arrives on its own CTA's barrier (its reads of the flags and alpha ordered before); in a
 // CTA pair lane 0 of each warp also arrives on the peer's once the warp's lanes are done.
@@ -636,8 +667,7 @@ template <int CLUSTER>
 constexpr uint32_t kEmptyArrivals = 256u + 8u * (CLUSTER - 1);
 
 // WG0: S = Q K^T, softmax, P to WG1, O[:, 0:256] += P V.
-// kCopied: the buffers were filled by cp.async (generic proxy, completed on the full barrier), so
-// each consumer orders them before its wgmma reads with its own proxy fence.
+// kCopied: the buffers were filled by cp.async (completed on the full barrier; see wait_chunk).
 // kValueScale: the per-tensor FP8 layout scales P by the list's kv_scale (1 for the other layouts).
 template <int CLUSTER, bool kCopied, bool kValueScale>
 __device__ __forceinline__ void consumer0(const attention_params& p, const cta_state& st, const chunk_walk& walk,
@@ -661,9 +691,8 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
     const int li = walk.list_of(c);
     const uint32_t k_desc = k_desc0 + b * (kOperandBytes >> 4);
     const uint32_t v_desc = v_desc0 + b * (kOperandBytes >> 4);
-    mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
+    wait_chunk<CLUSTER, kCopied>(st, b, (i >> 1) & 1);
     if (tid == 0) trace::chunk(i, trace::kWg0Full);
-    if constexpr (kCopied) fence_proxy_async();
     // S = Q K^T over 512 dims: 32 k-steps of 16 (4 per 64-dim column, 32 bytes apart).
     float s[32];
     wgmma_fence_operands32(s);
@@ -680,7 +709,7 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
     // Online softmax (base 2). s[4j + {0,1}]: row0, keys 8j + 2 tig + {0,1}; s[4j + {2,3}]: row0 + 8.
     const float scl = p.logit_scale_log2[li];
     const float vs = kValueScale ? p.value_scale[li] : 1.0f;
-    const uint8_t* valid = st.smem + sm90_map::valid + b * kKeys;
+    const uint32_t* valid = reinterpret_cast<const uint32_t*>(st.smem + sm90_map::valid) + b * kKeys;
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -805,8 +834,7 @@ __device__ __forceinline__ void consumer1(const attention_params& p, const cta_s
     const int b = i & 1;
     const uint32_t p_desc = p_desc0 + b * (kPBytes >> 4);
     const uint32_t v_desc = v_desc0 + b * (kOperandBytes >> 4);
-    mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
-    if constexpr (kCopied) fence_proxy_async();
+    wait_chunk<CLUSTER, kCopied>(st, b, (i >> 1) & 1);
     named_sync(1 + b, 256);  // P and alpha of this chunk are ready
     if (wtid == 0) trace::chunk(i, trace::kWg1P);
     const float* alpha = reinterpret_cast<const float*>(st.smem + sm90_map::alpha) + b * kRows;
@@ -850,6 +878,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
   int32_t* counts = reinterpret_cast<int32_t*>(st.smem + sm90_map::counts);
   st.full_bar = st.base + sm90_map::bars;
   st.empty_bar = st.full_bar + 16;
+  st.remote_bar = st.full_bar + 32;
 
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int tid = threadIdx.x;
@@ -884,7 +913,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
   }
   if (tid == 32) {
     for (int b = 0; b < 2; ++b) {
-      mbar_init(st.full_bar + 8 * b, kFullArrivals<L, CLUSTER>);
+      mbar_init(st.full_bar + 8 * b, kFullArrivals<L>);
+      mbar_init(st.remote_bar + 8 * b, 1);
       mbar_init(st.empty_bar + 8 * b, kEmptyArrivals<CLUSTER>);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
