@@ -666,11 +666,30 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   }
 }
 
-// Merges the split partials of one (token, head): 128 threads x 4 dims.
+// Sum (kMax false) or max of v over the CTA's 128 threads (red: 4 floats of shared memory).
+template <bool kMax>
+__device__ __forceinline__ float cta128_reduce(float v, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float u = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? fmaxf(v, u) : v + u;
+  }
+  __syncthreads();  // red is free (a previous reduction's reads are done)
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  return kMax ? fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])) : (red[0] + red[1]) + (red[2] + red[3]);
+}
+
+// Merges the split partials of one (token, head): 128 threads x 4 dims. Every split's (max, sum) is
+// read in parallel (one split per thread), the weights go through shared memory, and the partial O
+// loads are unrolled so that many are in flight: small runs are latency bound here.
+constexpr int kCombineWeights = 1024;  // splits whose weights shared memory holds (more: recomputed)
 __global__ void __launch_bounds__(128) combine_kernel(const attention_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the attention grid's partials are complete
 #endif
+  __shared__ float weight[kCombineWeights];
+  __shared__ float red[4];
   const int64_t th = blockIdx.x;
   const int h = static_cast<int>(th % p.num_heads);
   const int64_t t = th / p.num_heads;
@@ -678,21 +697,28 @@ __global__ void __launch_bounds__(128) combine_kernel(const attention_params p) 
   const float* ml = p.partial_ml + (t * S * p.num_heads + h) * 2;
   const int64_t ml_step = static_cast<int64_t>(p.num_heads) * 2;
   float m = -INFINITY;
-  for (int s = 0; s < S; ++s) m = fmaxf(m, ml[s * ml_step]);
+  for (int s = threadIdx.x; s < S; s += 128) m = fmaxf(m, ml[s * ml_step]);
+  m = cta128_reduce<true>(m, red);
   const float m_use = m == -INFINITY ? 0.0f : m;
   float l = 0.0f;
-  for (int s = 0; s < S; ++s) l += ml[s * ml_step + 1] * exp2f(ml[s * ml_step] - m_use);
-  const bool empty = l == 0.0f;
+  for (int s = threadIdx.x; s < S; s += 128) {
+    const float ms = ml[s * ml_step];
+    const float w = ms == -INFINITY ? 0.0f : exp2f(ms - m_use);
+    if (s < kCombineWeights) weight[s] = ms == -INFINITY ? -1.0f : w;  // -1: the split saw no valid key
+    l += ml[s * ml_step + 1] * w;
+  }
+  l = cta128_reduce<false>(l, red);  // its barriers also publish the weights
   const float factor = row_output_factor(p, h, m, l);
   const int d = threadIdx.x * 4;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (!empty) {
+  if (l != 0.0f) {
     const float* po = p.partial_o + (t * S * p.num_heads + h) * kHeadDim + d;
     const int64_t o_step = static_cast<int64_t>(p.num_heads) * kHeadDim;
+#pragma unroll 8
     for (int s = 0; s < S; ++s) {
-      const float ms = ml[s * ml_step];
-      if (ms == -INFINITY) continue;  // split saw no valid key: its partial O is zero
-      const float w = exp2f(ms - m_use);
+      const float ms = s < kCombineWeights ? 0.0f : ml[s * ml_step];
+      const float w = s < kCombineWeights ? weight[s] : (ms == -INFINITY ? -1.0f : exp2f(ms - m_use));
+      if (w < 0.0f) continue;  // the split saw no valid key: its partial O is zero
       const float4 v = *reinterpret_cast<const float4*>(po + s * o_step);
       acc[0] += v.x * w;
       acc[1] += v.y * w;
@@ -700,9 +726,14 @@ __global__ void __launch_bounds__(128) combine_kernel(const attention_params p) 
       acc[3] += v.w * w;
     }
   }
-  uint16_t* out = static_cast<uint16_t*>(p.out.data) + token_offset(p.out, t, p.seq_q, h);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) out[d + i] = f32_to_bf16(acc[i] * factor);
+  uint16_t* out = static_cast<uint16_t*>(p.out.data) + token_offset(p.out, t, p.seq_q, h) + d;
+  const uint2 packed = make_uint2(pack_bf16(acc[0] * factor, acc[1] * factor), pack_bf16(acc[2] * factor, acc[3] * factor));
+  if (p.out_aligned16) {
+    *reinterpret_cast<uint2*>(out) = packed;
+  } else {
+    const uint16_t* e = reinterpret_cast<const uint16_t*>(&packed);
+    for (int i = 0; i < 4; ++i) out[i] = e[i];
+  }
   if (threadIdx.x == 0) write_row_stats(p, t, h, m, l);
 }
 

@@ -400,6 +400,47 @@ __device__ __forceinline__ void load_chunk_indices(const attention_params& p, co
   }
 }
 
+// A producer thread's first two jobs (chunk, row) and their list entries, loaded at the kernel
+// start before the list counts are known: for dense lists any position inside the row is in bounds,
+// so the chain "count -> entry -> row" of a CTA's first chunk becomes "entry -> row". The entries
+// are masked by the counts once they are known (first_entry); c = -1 marks a job not speculated.
+struct first_jobs {
+  int c[2];
+  int row[2];
+  int32_t idx[2];
+};
+__device__ __forceinline__ first_jobs speculate_first(const attention_params& p, int64_t t, int c_begin, int c_end,
+                                                      const int* rows, bool alternate_chunks) {
+  first_jobs f;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int c = c_begin + (alternate_chunks ? j : 0);
+    f.c[j] = -1;
+    f.row[j] = rows[j];
+    f.idx[j] = -1;
+    if (c >= c_end) continue;
+    const int li = c < p.chunks[0] ? 0 : 1;
+    const int pos = (li == 0 ? c : c - p.chunks[0]) * kKeys + rows[j];
+    const dsv4_mod_index_list& l = p.list[li];
+    if (l.indices == nullptr || l.format != DSV4_INDEX_DENSE || p.cache[li].base == nullptr) continue;
+    f.c[j] = c;
+    if (pos < l.width) f.idx[j] = list_entry(l, t, p.seq_q, pos);
+  }
+  return f;
+}
+// The list entry of job j (chunk c, this thread's row): the speculated one when it matches,
+// masked by the list's count, else a fresh load.
+__device__ __forceinline__ int32_t first_entry(const attention_params& p, const chunk_walk& walk, int64_t t,
+                                               const first_jobs& f, int j, int c) {
+  if (c == f.c[j]) {
+    const int li = walk.list_of(c);
+    return walk.pos0(c) + f.row[j] < walk.counts[li] ? f.idx[j] : -1;
+  }
+  int32_t idx[1];
+  load_chunk_indices<1>(p, walk, c, t, &f.row[j], idx);
+  return idx[0];
+}
+
 // What every role of one CTA knows.
 struct cta_state {
   uint8_t* smem;   // 1024-byte aligned base (generic)
@@ -426,7 +467,7 @@ constexpr uint32_t kPeerBytes = 32u * (kHeadDim * 2 + 4);
 // on memory; the next chunk's list entries load while this one is copied.
 template <uint32_t L>
 __device__ __forceinline__ void producer_copy(const attention_params& p, const cta_state& st, const chunk_walk& walk,
-                                              int warp, int lane) {
+                                              const first_jobs& first, int warp, int lane) {
   constexpr int kTok = 2;
   const int q = lane >> 3;
   int rows[kTok];
@@ -438,7 +479,8 @@ __device__ __forceinline__ void producer_copy(const attention_params& p, const c
   }
   int c = walk.next_active(st.c_begin);
   int32_t idx[kTok];
-  load_chunk_indices<kTok>(p, walk, c, st.t, rows, idx);
+#pragma unroll
+  for (int k = 0; k < kTok; ++k) idx[k] = first_entry(p, walk, st.t, first, k, c);
   for (int i = 0; c < walk.c_end; ++i) {
     const int c_next = walk.next_active(c + 1);
     const int li = walk.list_of(c);
@@ -486,7 +528,8 @@ struct convert_slot {
 
 template <uint32_t L, int CLUSTER>
 __device__ __forceinline__ void producer_convert(const attention_params& p, const cta_state& st,
-                                                 const chunk_walk& walk, uint32_t rank, int warp, int lane) {
+                                                 const chunk_walk& walk, const first_jobs& first, uint32_t rank,
+                                                 int warp, int lane) {
   constexpr int kTok = 2 / CLUSTER;  // rows per chunk and thread
   const int q = lane >> 3;
   const bool leader = warp == 0 && lane == 0;
@@ -524,7 +567,7 @@ __device__ __forceinline__ void producer_convert(const attention_params& p, cons
 #pragma unroll
   for (int s = 0; s < 2; ++s) {
     const int c = s == 0 ? c0 : c1;
-    js[s].idx_next = entry(c, rows[s]);
+    js[s].idx_next = first_entry(p, walk, st.t, first, s, c);
     issue(js[s], c, rows[s]);
   }
   // Converts slot s's job into chunk i's buffer, hands the buffer over when it is the chunk's last
@@ -903,6 +946,17 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
   st.peer = rank ^ 1u;
   const int64_t t = st.t;
 
+  const int total_chunks = p.chunks[0] + p.chunks[1];
+  const int c_end = min(total_chunks, st.c_begin + p.chunks_per_split);
+  first_jobs first{};
+  if (tid >= 256) {
+    // The producer rows of its first two jobs (see producer_copy / producer_convert).
+    const int w = (tid % 128) / 32;
+    const int r0 = 8 * w + (tid & 7);
+    const bool pairs = CLUSTER > 1 && !row_format<L>::kBf16;
+    const int rows[2] = {pairs ? static_cast<int>(rank) * 32 + r0 : r0, pairs ? static_cast<int>(rank) * 32 + r0 : 32 + r0};
+    first = speculate_first(p, t, st.c_begin, c_end, rows, pairs);
+  }
   if (tid < 2) {
     int64_t n = 0;
     if (p.list[tid].indices != nullptr && p.cache[tid].base != nullptr) {
@@ -966,8 +1020,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
     if (tid == 0) trace::header(trace::kQReady);
   }
 
-  const int total_chunks = p.chunks[0] + p.chunks[1];
-  const chunk_walk walk{p, counts, min(total_chunks, st.c_begin + p.chunks_per_split)};
+  const chunk_walk walk{p, counts, c_end};
   const int wg = tid / 128;
   // One branch per warpgroup role, so each keeps its own register budget (setmaxnreg). The CTA
   // holds 3 x 168 registers per thread slot (the launch bound); the budgets must not exceed that
@@ -981,9 +1034,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
   } else {
     set_max_registers_dec<152>();
     if constexpr (row_format<L>::kBf16) {
-      producer_copy<L>(p, st, walk, (tid % 128) / 32, tid % 32);
+      producer_copy<L>(p, st, walk, first, (tid % 128) / 32, tid % 32);
     } else {
-      producer_convert<L, CLUSTER>(p, st, walk, rank, (tid % 128) / 32, tid % 32);
+      producer_convert<L, CLUSTER>(p, st, walk, first, rank, (tid % 128) / 32, tid % 32);
     }
   }
   if constexpr (CLUSTER > 1) cluster_sync();  // the peer may still arrive on / write to this CTA

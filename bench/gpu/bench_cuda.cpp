@@ -353,7 +353,7 @@ std::vector<bench_case> cases() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s <libdsv4-cuda.so> [filter]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <libdsv4-cuda.so> [filter | exact-name$]\n", argv[0]);
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress is visible even if a case hangs
@@ -378,7 +378,9 @@ int main(int argc, char** argv) {
     dbuf flush(size_t(256) << 20);
     std::mt19937_64 rng(12345);
     for (const bench_case& c : cases()) {
-      if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+      // A filter selects the cases whose name contains it; a trailing '$' asks for the exact name.
+      const bool exact = !filter.empty() && filter.back() == '$';
+      if (exact ? c.name != filter.substr(0, filter.size() - 1) : c.name.find(filter) == std::string::npos) continue;
       const result r = run_case(m, ctx, c, rng, flush);
       std::printf("%-34s %10.1f %9.1f %11.0f %11.0f %7.1f%% %7.1f%%  %s\n", c.name.c_str(), r.us, r.tflops,
                   r.gbs_flashmla, r.gbs_gathered, 100.0 * r.gbs_gathered / ceil.copy_gbs,

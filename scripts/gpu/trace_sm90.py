@@ -77,6 +77,9 @@ def main(path, show_cta=None):
             print(f"  chunk {i:2d}: " + " ".join(f"{STEP_NAMES[s]}={(row[s] - start) & 0xFFFFFFFF:7d}"
                                                  for s in (P_TOP, P_EMPTY, P_DATA, P_FULL, W0_FULL,
                                                            W0_QK, W0_P, W0_PV, W1_P, W1_PV) if row[s] != 0))
+    ends = acc.get("cta: end (ns after the first CTA)", [])
+    if ends:
+        print(f"kernel span (first CTA start -> last CTA end): {max(ends)} ns")
     ns = 1e6 / khz
     print(f"{ctas} CTAs, clock {khz / 1000:.0f} MHz (cycles; median, mean, ns at that clock)")
     for name in sorted(acc):
