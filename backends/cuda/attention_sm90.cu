@@ -14,8 +14,10 @@
 // (asynchronous stores into the peer's shared memory, counted by a transaction barrier there), so
 // each key row is gathered and converted once for all 128 heads.
 // Numerics match attention.cu: logits scaled in fp32 (base 2), P rounded to bf16, fp32 O and sums.
+#include <cuda.h>  // CUtensorMap
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <math.h>
 
 #include <type_traits>
@@ -56,8 +58,8 @@ struct sm90_map {
   static constexpr int l_fin = m_fin + kRows * 4;          // [64] fp32
   static constexpr int f_fin = l_fin + kRows * 4;          // [64] fp32 output factor (sink, 1 / l)
   static constexpr int sink = f_fin + kRows * 4;           // [64] fp32 sink logits (-inf: none)
-  static constexpr int bars = sink + kRows * 4;            // full[2], empty[2], remote[2] (8 bytes each)
-  static constexpr int counts = bars + 6 * 8;              // list counts [2]
+  static constexpr int bars = sink + kRows * 4;            // full[2], empty[2], remote[2], q (8 bytes each)
+  static constexpr int counts = bars + 7 * 8;              // list counts [2]
   static constexpr int total = counts + 16;
 };
 static_assert(2 * kStageBytes <= kOperandBytes, "both warpgroups' output staging fits in the Q tile");
@@ -215,6 +217,16 @@ __device__ __forceinline__ void st_async4(uint32_t addr, uint32_t v, uint32_t ba
 // Arrives on this CTA's `bar` and adds `bytes` to the transaction bytes its phase waits for.
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Tensor-map (TMA) load of the box at coordinates (x, y, z, w) into this CTA's shared memory at
+// `dst`, completing as transaction bytes on `bar`.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int x, int y, int z, int w,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(w), "r"(bar)
+      : "memory");
 }
 template <int N>
 __device__ __forceinline__ void set_max_registers_inc() {
@@ -452,6 +464,8 @@ struct cta_state {
   uint32_t peer;   // cluster: the other CTA's rank
   uint32_t full_bar, empty_bar;  // [b] at + 8b
   uint32_t remote_bar;           // CTA pairs: [b] at + 8b, the peer's rows of buffer b (transaction bytes)
+  uint32_t q_bar;                // the Q tile's tensor-map loads (transaction bytes)
+  bool q_tma;                    // Q comes by tensor map (WG0 waits on q_bar), else by the consumers
 };
 
 // Full-barrier arrivals per chunk: every producer thread of the CTA; a bf16 producer thread arrives
@@ -727,6 +741,11 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
   float l_run[2] = {0.0f, 0.0f};  // this thread's share of the row sums
   const uint32_t q_desc = desc_lo(st.base + sm90_map::q, 16);
   const uint32_t k_desc0 = desc_lo(st.base + sm90_map::k, 16);         // K-major (S = Q K^T)
+  // A tensor-map Q: wait even without chunks, as the epilogue reuses the Q tile.
+  if (st.q_tma) {
+    mbar_wait(st.q_bar, 0);
+    if (tid == 0) trace::header(trace::kQReady);
+  }
   const uint32_t v_desc0 = desc_lo(st.base + sm90_map::k, kColBytes);  // MN-major (P V)
   int i = 0;
   for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
@@ -910,7 +929,11 @@ __device__ __forceinline__ void consumer1(const attention_params& p, const cta_s
 // L: the layout of both caches (one layout per kernel: a loop that dispatches between layouts
 // keeps every layout's addressing live at once and spills).
 template <uint32_t L, int CLUSTER>
-__global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __grid_constant__ attention_params p) {
+// q_map (q_tma != 0): Q as [batch][s_q][heads][512] bf16 boxes of 64 dims x 64 heads in the kernel's
+// 128B swizzle (heads past the end read as zeros), loaded by the tensor-memory accelerator.
+__global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __grid_constant__ attention_params p,
+                                                                     const __grid_constant__ CUtensorMap q_map,
+                                                                     int q_tma) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   cta_state st;
@@ -922,6 +945,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
   st.full_bar = st.base + sm90_map::bars;
   st.empty_bar = st.full_bar + 16;
   st.remote_bar = st.full_bar + 32;
+  st.q_bar = st.full_bar + 48;
 
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int tid = threadIdx.x;
@@ -971,6 +995,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
       mbar_init(st.remote_bar + 8 * b, 1);
       mbar_init(st.empty_bar + 8 * b, kEmptyArrivals<CLUSTER>);
     }
+    mbar_init(st.q_bar, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   if constexpr (CLUSTER > 1) {
@@ -979,45 +1004,60 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
     __syncthreads();
   }
   if (tid == 0) trace::header(trace::kInit);
-  // Q tile (64 heads, swizzled; padding heads zero), loaded by the consumers while the producer
-  // already gathers the first chunk: 16-byte units, cp.async when aligned.
+  // Q tile (64 heads, swizzled; padding heads zero) while the producer already gathers the first
+  // chunk: eight tensor-map loads (one thread; WG0 waits for them before its first S) or, for fp8
+  // or unaligned q, 16-byte units by the consumers (cp.async when aligned).
+  st.q_tma = q_tma != 0;
   if (tid < 256) {
     // Sink logits of the CTA's heads (padding heads -inf), read by WG0 once the loop is done.
     if (tid < kRows) {
       const int h = st.head0 + tid;
       reinterpret_cast<float*>(st.smem + sm90_map::sink)[tid] = h < p.num_heads ? head_sink(p, h) : -INFINITY;
     }
-    // Thread: 16-byte unit tid % 64 of rows tid / 64 + 4m.
-    const int k = tid % 64;
-    const int64_t q0 = token_offset(p.q, t, p.seq_q, st.head0);
-    for (int r = tid / 64; r < kRows; r += 4) {
-      const int h = st.head0 + r;
-      uint8_t* dst = st.smem + sm90_map::q + sw128(r, k);
-      const int64_t off = q0 + r * p.q.stride_h + 8 * k;  // elements
-      if (h >= p.num_heads) {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-      } else if (p.q_is_fp8) {
-        const uint8_t* src = static_cast<const uint8_t*>(p.q.data) + off;
-        uint2 raw;
-        uint8_t* rb = reinterpret_cast<uint8_t*>(&raw);
-        for (int i = 0; i < 8; ++i) rb[i] = src[i];
-        *reinterpret_cast<uint4*>(dst) = fp8x8_to_bf16x8_pow2(raw, 127u);
-      } else {
-        const uint16_t* src = static_cast<const uint16_t*>(p.q.data) + off;
-        if (p.q_aligned16) {
-          cp_async16(dst, src);
+    if (st.q_tma) {
+      if (tid == 0) {
+        const token_coord tc = split_token(t, p.seq_q);
+        mbar_arrive_expect_tx(st.q_bar, kOperandBytes);
+#pragma unroll
+        for (int col = 0; col < kHeadDim / 64; ++col) {
+          tma_load_4d(st.base + sm90_map::q + col * kColBytes, &q_map, 64 * col, st.head0, static_cast<int>(tc.s),
+                      static_cast<int>(tc.b), st.q_bar);
+        }
+        trace::header(trace::kQIssued);
+      }
+    } else {
+      // Thread: 16-byte unit tid % 64 of rows tid / 64 + 4m.
+      const int k = tid % 64;
+      const int64_t q0 = token_offset(p.q, t, p.seq_q, st.head0);
+      for (int r = tid / 64; r < kRows; r += 4) {
+        const int h = st.head0 + r;
+        uint8_t* dst = st.smem + sm90_map::q + sw128(r, k);
+        const int64_t off = q0 + r * p.q.stride_h + 8 * k;  // elements
+        if (h >= p.num_heads) {
+          *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+        } else if (p.q_is_fp8) {
+          const uint8_t* src = static_cast<const uint8_t*>(p.q.data) + off;
+          uint2 raw;
+          uint8_t* rb = reinterpret_cast<uint8_t*>(&raw);
+          for (int i = 0; i < 8; ++i) rb[i] = src[i];
+          *reinterpret_cast<uint4*>(dst) = fp8x8_to_bf16x8_pow2(raw, 127u);
         } else {
-          uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
-          for (int i = 0; i < 8; ++i) d16[i] = src[i];
+          const uint16_t* src = static_cast<const uint16_t*>(p.q.data) + off;
+          if (p.q_aligned16) {
+            cp_async16(dst, src);
+          } else {
+            uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
+            for (int i = 0; i < 8; ++i) d16[i] = src[i];
+          }
         }
       }
+      cp_async_commit();
+      if (tid == 0) trace::header(trace::kQIssued);
+      cp_async_wait_all();
+      fence_proxy_async();
     }
-    cp_async_commit();
-    if (tid == 0) trace::header(trace::kQIssued);
-    cp_async_wait_all();
-    fence_proxy_async();
-    named_sync(4, 256);
-    if (tid == 0) trace::header(trace::kQReady);
+    named_sync(4, 256);  // the sink logits (and a consumer-loaded Q) are visible
+    if (tid == 0 && !st.q_tma) trace::header(trace::kQReady);
   }
 
   const chunk_walk walk{p, counts, c_end};
@@ -1057,8 +1097,8 @@ cudaError_t configure_layout(int bytes) {
 }
 
 template <uint32_t L>
-cudaError_t launch_layout(const attention_params& p, cudaLaunchConfig_t* cfg) {
-  if (p.head_groups == 1 || !kPairs<L>) return cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, 1>, p);
+cudaError_t launch_layout(const attention_params& p, const CUtensorMap& q_map, int q_tma, cudaLaunchConfig_t* cfg) {
+  if (p.head_groups == 1 || !kPairs<L>) return cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, 1>, p, q_map, q_tma);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = 2;
@@ -1066,7 +1106,50 @@ cudaError_t launch_layout(const attention_params& p, cudaLaunchConfig_t* cfg) {
   attr[0].val.clusterDim.z = 1;
   cfg->attrs = attr;
   cfg->numAttrs = 1;
-  return cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, kPairs<L> ? 2 : 1>, p);
+  return cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, kPairs<L> ? 2 : 1>, p, q_map, q_tma);
+}
+
+// The driver's tensor-map encoder (through the runtime: no link against libcuda), nullptr when the
+// driver lacks it.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();  // not sticky; clear it for the caller's next check
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// Encodes the run's bf16 Q as the kernel's tensor map (host-only work, no device calls): dims
+// (512, heads, s_q, batch), boxes of 64 dims x 64 heads with the 128B swizzle. False when Q does
+// not qualify (fp8, unaligned) or the driver cannot encode it; the kernel then loads Q itself.
+bool encode_q_map(const attention_params& p, CUtensorMap* map) {
+  if (p.q_is_fp8 || !p.q_aligned16 || p.head_dim_qk != kHeadDim || p.num_tokens % p.seq_q != 0) return false;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  cuuint64_t dims[4] = {static_cast<cuuint64_t>(kHeadDim), static_cast<cuuint64_t>(p.num_heads),
+                        static_cast<cuuint64_t>(p.seq_q), static_cast<cuuint64_t>(p.num_tokens / p.seq_q)};
+  const int64_t elem_strides[3] = {p.q.stride_h, p.q.stride_s, p.q.stride_b};
+  cuuint64_t strides[3];
+  int64_t extent = kHeadDim * 2;  // bytes spanned by the dimensions below
+  for (int i = 0; i < 3; ++i) {
+    // A dimension of size 1 is never stepped along: give it a stride the encoder accepts.
+    const int64_t bytes = dims[i + 1] == 1 ? extent : elem_strides[i] * 2;
+    if (bytes <= 0 || bytes % 16 != 0 || bytes >= (int64_t{1} << 40)) return false;
+    strides[i] = static_cast<cuuint64_t>(bytes);
+    extent = bytes * static_cast<int64_t>(dims[i + 1]);
+  }
+  cuuint32_t box[4] = {64, static_cast<cuuint32_t>(kRows), 1, 1};
+  cuuint32_t elem[4] = {1, 1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, p.q.data, dims, strides, box, elem,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -1095,6 +1178,7 @@ uint32_t last_ctas = 0;
 #endif
 
 cudaError_t attention_sm90_configure() {
+  tensor_map_encoder();  // resolved once, at plan creation rather than in the first run
 #if defined(DSV4_SM90_TRACE)
   if (trace_host::buf == nullptr) {
     const size_t bytes = size_t(trace_host::kMaxCtas) * trace::kSlots * 4;
@@ -1127,11 +1211,15 @@ cudaError_t attention_sm90_launch(const attention_params& p, cudaStream_t stream
     cudaMemcpyToSymbol(trace::g_ctas, &traced, sizeof traced);
   }
 #endif
+  CUtensorMap q_map{};
+  const int q_tma = encode_q_map(p, &q_map) ? 1 : 0;
   cudaError_t err;
   switch (p.cache[0].layout) {
-    case DSV4_KV_LAYOUT_FP8_V4_584B: err = launch_layout<DSV4_KV_LAYOUT_FP8_V4_584B>(p, &cfg); break;
-    case DSV4_KV_LAYOUT_BF16: err = launch_layout<DSV4_KV_LAYOUT_BF16>(p, &cfg); break;
-    case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR: err = launch_layout<DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>(p, &cfg); break;
+    case DSV4_KV_LAYOUT_FP8_V4_584B: err = launch_layout<DSV4_KV_LAYOUT_FP8_V4_584B>(p, q_map, q_tma, &cfg); break;
+    case DSV4_KV_LAYOUT_BF16: err = launch_layout<DSV4_KV_LAYOUT_BF16>(p, q_map, q_tma, &cfg); break;
+    case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR:
+      err = launch_layout<DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>(p, q_map, q_tma, &cfg);
+      break;
     default: return cudaErrorInvalidValue;
   }
   if (err != cudaSuccess || p.num_splits == 1) return err;
