@@ -246,14 +246,17 @@ __device__ __forceinline__ uint4 ld_nc16(const uint8_t* p) {
 
 // The chunk sequence of one CTA: chunks of the main list, then of the extra list, restricted to
 // this split's range and skipping chunks past a list's candidate count. Every role walks it alike.
+// The counts live in registers (read once from shared memory): the producer consults them for
+// every row it loads.
 struct chunk_walk {
   const attention_params& p;
-  const int32_t* counts;
+  int count0, count1;  // candidate counts of the main and the extra list
   int c_end;
   __device__ int list_of(int c) const { return c < p.chunks[0] ? 0 : 1; }
+  __device__ int count(int li) const { return li == 0 ? count0 : count1; }
   __device__ int pos0(int c) const { return (c < p.chunks[0] ? c : c - p.chunks[0]) * kKeys; }
   __device__ int next_active(int c) const {
-    while (c < c_end && pos0(c) >= counts[list_of(c)]) ++c;
+    while (c < c_end && pos0(c) >= count(list_of(c))) ++c;
     return c;
   }
 };
@@ -407,7 +410,7 @@ __device__ __forceinline__ void load_chunk_indices(const attention_params& p, co
     if (c < walk.c_end) {
       const int li = walk.list_of(c);
       const int pos = walk.pos0(c) + rows[k];
-      if (pos < walk.counts[li]) idx[k] = list_entry(p.list[li], t, p.seq_q, pos);
+      if (pos < walk.count(li)) idx[k] = list_entry(p.list[li], t, p.seq_q, pos);
     }
   }
 }
@@ -446,7 +449,7 @@ __device__ __forceinline__ int32_t first_entry(const attention_params& p, const 
                                                const first_jobs& f, int j, int c) {
   if (c == f.c[j]) {
     const int li = walk.list_of(c);
-    return walk.pos0(c) + f.row[j] < walk.counts[li] ? f.idx[j] : -1;
+    return walk.pos0(c) + f.row[j] < walk.count(li) ? f.idx[j] : -1;
   }
   int32_t idx[1];
   load_chunk_indices<1>(p, walk, c, t, &f.row[j], idx);
@@ -1060,7 +1063,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
     if (tid == 0 && !st.q_tma) trace::header(trace::kQReady);
   }
 
-  const chunk_walk walk{p, counts, c_end};
+  const chunk_walk walk{p, counts[0], counts[1], c_end};
   const int wg = tid / 128;
   // One branch per warpgroup role, so each keeps its own register budget (setmaxnreg). The CTA
   // holds 3 x 168 registers per thread slot (the launch bound); the budgets must not exceed that
