@@ -70,11 +70,6 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 raw, float scale) {
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
-// Nonzero when one of the 4 bytes is an e4m3 NaN (low 7 bits all set).
-__device__ __forceinline__ uint32_t e4m3x4_has_nan(uint32_t w) {
-  return ((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
-}
-
 // Whether fp8x8_to_bf16x8_pow2_fast is exact for a UE8M0 byte e: products of e4m3 values with
 // 2^(e - 127) are normal bf16 numbers for 10 <= e <= 134 (results in [2^-126, 2^16)).
 __device__ __forceinline__ bool pow2_scale_is_fast(uint32_t e) { return e - 10u <= 124u; }
@@ -101,13 +96,14 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8_pow2_fast(uint2 raw, uint32_t e
 }
 
 // Whether fp8x8_to_bf16x8_pow2_fast is exact for the `n` words at `w` with UE8M0 byte e: a scale
-// in its range and no NaN byte.
+// in its range and no NaN byte. (w & 0x7f) + 1 per byte never carries and sets bit 7 exactly for
+// NaN bytes, so the words' sums are OR-ed and masked once (three-input LOP3s).
 template <int N>
 __device__ __forceinline__ bool pow2_fast_is_exact(const uint32_t* w, uint32_t e) {
   uint32_t nan = 0;
 #pragma unroll
-  for (int i = 0; i < N; ++i) nan |= e4m3x4_has_nan(w[i]);
-  return pow2_scale_is_fast(e) && nan == 0u;
+  for (int i = 0; i < N; ++i) nan |= (w[i] & 0x7f7f7f7fu) + 0x01010101u;
+  return pow2_scale_is_fast(e) && (nan & 0x80808080u) == 0u;
 }
 
 // The same for any UE8M0 byte and NaN bytes: the fast path where it is exact, else fp32.
