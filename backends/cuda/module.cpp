@@ -123,6 +123,7 @@ struct plan {
   size_t lists_bytes = 0;       // paged: the list builders' workspace (paged_workspace layout)
   size_t partial_rows = 0;      // (token, split) rows of partials the workspace holds
   size_t workspace_bytes = 0;
+  int max_splits = 0;           // DSV4_CUDA_MAX_SPLITS (tuning runs): no more key splits; 0: none
   char kernel[128] = {0};
 };
 
@@ -153,6 +154,7 @@ split_plan choose_splits(const plan& p, const tiling& tl, int64_t tokens) {
     const int splits = (total + per - 1) / per;
     if (splits != want) continue;                           // same as a smaller count
     if (splits > 1 && base * splits > 4 * sms) continue;    // bounds the partials' workspace
+    if (p.max_splits > 0 && splits > p.max_splits) continue;
     const int64_t waves = (base * splits + sms - 1) / sms;
     const double cost = static_cast<double>(waves) * (per + 1.5) * tl.chunk_cost + (splits > 1 ? 1.0 : 0.0);
     if (cost < best_cost) {
@@ -300,6 +302,8 @@ dsv4_status size_plan(plan* p) {
   // 104 vs 145 us, bf16 CONFIG1 49.5 vs 81.1 us). DSV4_CUDA_KERNEL=mma never uses it (A/B runs);
   // =wgmma is the default choice, kept for scripts that name it.
   const char* kenv = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_KERNEL") : nullptr;
+  const char* senv = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_MAX_SPLITS") : nullptr;
+  if (senv != nullptr) p->max_splits = std::max(0, std::atoi(senv));
   const bool never_sm90 = kenv != nullptr && std::strcmp(kenv, "mma") == 0;
   if (!never_sm90 && p->ctx->cc_major == 9 && o.head_dim_qk == kHeadDim && o.num_heads > 32 &&
       attention_sm90_layouts(o.swa_cache.layout, o.extra_cache.layout) &&
