@@ -14,6 +14,7 @@
 
 #include "common/layout.h"
 #include "common/module_entry.h"
+#include "common/module_slots.h"
 #include "common/paged_index.h"
 #include "dsv4_backend.h"
 #include "kernels.h"
@@ -53,15 +54,7 @@ dsv4_status cuda_fail(cudaError_t err, const char* what) {
 
 template <class Fn>
 dsv4_status guarded(const char* what, Fn&& fn) noexcept {
-  try {
-    return fn();
-  } catch (const std::bad_alloc&) {
-    return fail(DSV4_STATUS_OUT_OF_MEMORY, "%s: out of host memory", what);
-  } catch (const std::exception& e) {
-    return fail(DSV4_STATUS_INTERNAL, "%s: %s", what, e.what());
-  } catch (...) {
-    return fail(DSV4_STATUS_INTERNAL, "%s: unknown exception", what);
-  }
+  return guarded_slot(fail, what, static_cast<Fn&&>(fn));
 }
 
 // Makes `device` current for the scope and restores the caller's device afterwards.
@@ -548,10 +541,7 @@ dsv4_status slot_plan_create(void* mctx, const dsv4_plan_options* options, void*
       return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan_create: NULL argument");
     auto p = std::make_unique<plan>();
     p->ctx = static_cast<const context*>(mctx);
-    std::memcpy(&p->options, options, std::min<size_t>(options->struct_size, sizeof p->options));
-    p->options.struct_size = sizeof p->options;
-    if (p->options.softmax_scale == 0.0f)
-      p->options.softmax_scale = 1.0f / std::sqrt(static_cast<float>(p->options.head_dim_qk));
+    copy_plan_options(*options, &p->options);
     dsv4_status st = check_plan(p.get());
     if (st != DSV4_STATUS_OK) return st;
     device_scope scope(p->ctx->device);
@@ -568,10 +558,7 @@ dsv4_status slot_plan_create(void* mctx, const dsv4_plan_options* options, void*
 void slot_plan_destroy(void* mplan) { delete static_cast<plan*>(mplan); }
 
 dsv4_status slot_plan_get_workspace_size(const void* mplan, size_t* out_bytes) {
-  if (mplan == nullptr || out_bytes == nullptr)
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan_get_workspace_size: NULL argument");
-  *out_bytes = static_cast<const plan*>(mplan)->workspace_bytes;
-  return DSV4_STATUS_OK;
+  return plan_workspace_size<plan>(fail, mplan, out_bytes);
 }
 
 dsv4_status slot_plan_get_kernel_name(const void* mplan, char* buffer, size_t capacity) {
@@ -583,13 +570,9 @@ dsv4_status slot_plan_get_kernel_name(const void* mplan, char* buffer, size_t ca
 
 dsv4_status slot_run(const void* mplan, const dsv4_mod_run* run) {
   return guarded("run", [&] {
-    if (mplan == nullptr || run == nullptr) return fail(DSV4_STATUS_INVALID_ARGUMENT, "run: NULL argument");
-    if (run->struct_size < sizeof(dsv4_mod_run))
-      return fail(DSV4_STATUS_ABI_MISMATCH, "run: dsv4_mod_run of %u bytes, need %zu", run->struct_size,
-                  sizeof(dsv4_mod_run));
     const plan* p = static_cast<const plan*>(mplan);
-    if (run->mode != p->options.mode)
-      return fail(DSV4_STATUS_PLAN_MISMATCH, "run: mode %u, plan has %u", run->mode, p->options.mode);
+    const dsv4_status head = check_run_header(fail, mplan, run, p != nullptr ? p->options.mode : 0u);
+    if (head != DSV4_STATUS_OK) return head;
     return run_plan(*p, *run);
   });
 }

@@ -1,0 +1,63 @@
+// Pieces every backend module's ABI slots share: exception fencing, the plan-options copy, the
+// workspace query and the checks a run slot starts with. `fail` is the module's
+// fail(status, printf format, ...), which records the thread-local message and returns the status.
+#pragma once
+
+#include <stddef.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <new>
+
+#include "dsv4_backend.h"
+
+namespace dsv4 {
+
+using fail_fn = dsv4_status (*)(dsv4_status, const char*, ...);
+
+// Runs fn; an escaping exception becomes a status (nothing crosses the C ABI).
+template <class Fn>
+dsv4_status guarded_slot(fail_fn fail, const char* what, Fn&& fn) noexcept {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return fail(DSV4_STATUS_OUT_OF_MEMORY, "%s: out of host memory", what);
+  } catch (const std::exception& e) {
+    return fail(DSV4_STATUS_INTERNAL, "%s: %s", what, e.what());
+  } catch (...) {
+    return fail(DSV4_STATUS_INTERNAL, "%s: unknown exception", what);
+  }
+}
+
+// The module's copy of the host's plan options: what the host's struct holds (a newer host's tail
+// is beyond what this module reads; an older host's missing tail stays zero), with the default
+// softmax scale 1 / sqrt(d_qk) applied.
+inline void copy_plan_options(const dsv4_plan_options& in, dsv4_plan_options* out) {
+  *out = dsv4_plan_options{};
+  std::memcpy(out, &in, std::min<size_t>(in.struct_size, sizeof *out));
+  out->struct_size = sizeof *out;
+  if (out->softmax_scale == 0.0f) out->softmax_scale = 1.0f / std::sqrt(static_cast<float>(out->head_dim_qk));
+}
+
+// plan_get_workspace_size for a module plan type with a `workspace_bytes` member.
+template <class Plan>
+dsv4_status plan_workspace_size(fail_fn fail, const void* mplan, size_t* out_bytes) {
+  if (mplan == nullptr || out_bytes == nullptr)
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan_get_workspace_size: NULL argument");
+  *out_bytes = static_cast<const Plan*>(mplan)->workspace_bytes;
+  return DSV4_STATUS_OK;
+}
+
+// What every run slot checks first: both arguments, a run struct this module knows, the plan's mode.
+inline dsv4_status check_run_header(fail_fn fail, const void* mplan, const dsv4_mod_run* run, uint32_t plan_mode) {
+  if (mplan == nullptr || run == nullptr) return fail(DSV4_STATUS_INVALID_ARGUMENT, "run: NULL argument");
+  if (run->struct_size < sizeof(dsv4_mod_run))
+    return fail(DSV4_STATUS_ABI_MISMATCH, "run: dsv4_mod_run of %u bytes, need %zu", run->struct_size,
+                sizeof(dsv4_mod_run));
+  if (run->mode != plan_mode) return fail(DSV4_STATUS_PLAN_MISMATCH, "run: mode %u, plan has %u", run->mode, plan_mode);
+  return DSV4_STATUS_OK;
+}
+
+}  // namespace dsv4
