@@ -47,6 +47,7 @@ struct explicit_case {
   bool small_chunk = false;     // DSV4_CUDA_CHUNK=32: the variant for GPUs with little shared memory
   const char* kernel = nullptr;  // DSV4_CUDA_KERNEL: "mma" keeps Hopper on the mma.sync kernel
   bool special_rows = false;     // host_cache::add_special_rows (extreme scales, NaN bytes)
+  int q_pad = 0;                 // elements after each (token, head) q row: a strided q view
 };
 
 struct context_holder {
@@ -203,6 +204,16 @@ struct explicit_problem {
   dsv4_mod_run run{};
 };
 
+// q to the device: contiguous, or each (token, head) row at a pitch of d_qk + q_pad elements.
+void upload_q(explicit_problem& P) {
+  const explicit_case& c = P.c;
+  const size_t es = c.q_fp8 ? 1 : 2;
+  const void* host = c.q_fp8 ? static_cast<const void*>(P.q_fp8.data()) : static_cast<const void*>(P.q_bf16.data());
+  const size_t dqk = static_cast<size_t>(dsv4::layout_head_dim_qk(c.layout));
+  const size_t rows = static_cast<size_t>(c.batch) * c.seq_q * c.heads;
+  CUDA_OK(cudaMemcpy2D(P.d_q.p, (dqk + c.q_pad) * es, host, dqk * es, dqk * es, rows, cudaMemcpyHostToDevice));
+}
+
 void build_explicit(explicit_problem& P, std::mt19937_64& rng) {
   const explicit_case& c = P.c;
   const int T = c.batch * c.seq_q;
@@ -273,8 +284,8 @@ void build_explicit(explicit_problem& P, std::mt19937_64& rng) {
   if (has_extra) P.ref.extra_lists = P.extra_lists.ref;
 
   // Device copies.
-  P.d_q = dbuf(qn * (c.q_fp8 ? 1 : 2));
-  if (c.q_fp8) P.d_q.upload(P.q_fp8); else P.d_q.upload(P.q_bf16);
+  P.d_q = dbuf(qn / dqk * (dqk + c.q_pad) * (c.q_fp8 ? 1 : 2));
+  upload_q(P);
   P.d_main = dbuf(P.main.bytes.size());
   P.d_main.upload(P.main.bytes);
   if (has_extra) {
@@ -309,8 +320,8 @@ void build_explicit(explicit_problem& P, std::mt19937_64& rng) {
   r.mode = DSV4_MODE_EXPLICIT;
   r.num_tokens = T;
   r.seq_q = c.seq_q;
-  const int64_t qs = static_cast<int64_t>(H) * dqk;
-  r.q = dsv4_mod_token_view{P.d_q.p, c.seq_q * qs, qs, dqk};
+  const int64_t qs = static_cast<int64_t>(H) * (dqk + c.q_pad);
+  r.q = dsv4_mod_token_view{P.d_q.p, c.seq_q * qs, qs, dqk + c.q_pad};
   r.out = dsv4_mod_token_view{P.d_out.p, static_cast<int64_t>(c.seq_q) * H * 512, static_cast<int64_t>(H) * 512, 512};
   if (c.lse_bhs) {
     r.lse = dsv4_mod_token_view{P.d_lse.p, static_cast<int64_t>(H) * c.seq_q, 1, c.seq_q};
@@ -374,6 +385,10 @@ bool cross_check_cpu(const explicit_problem& P, const std::vector<double>& out, 
   dsv4_mod_run r = P.run;
   r.q.data = c.q_fp8 ? static_cast<void*>(const_cast<uint8_t*>(P.q_fp8.data()))
                      : static_cast<void*>(const_cast<uint16_t*>(P.q_bf16.data()));
+  const int64_t dqk = dsv4::layout_head_dim_qk(c.layout);  // the host copy of q is contiguous
+  r.q.stride_h = dqk;
+  r.q.stride_s = static_cast<int64_t>(H) * dqk;
+  r.q.stride_b = static_cast<int64_t>(c.seq_q) * H * dqk;
   r.out.data = h_out.data();
   r.lse.data = h_lse.data();
   r.max_logits.data = h_ml.data();
@@ -462,7 +477,7 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
       P.q_bf16[i] = dsv4::f32_to_bf16(std::fmax(-1.f, std::fmin(1.f, nd(rng))));
       P.ref.q[i] = bf16_to_double(P.q_bf16[i]);
     }
-    P.d_q.upload(P.q_bf16);
+    upload_q(P);
     CUDA_OK(cudaMemset(P.d_out.p, 0xff, P.d_out.bytes));
     CUDA_OK(cudaGraphLaunch(exec, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
@@ -864,6 +879,21 @@ std::vector<explicit_case> explicit_cases() {
     c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
     c.topk = 128;
     c.extra_topk = 64;
+    add(c);
+  }
+  {
+    explicit_case c;  // strided q rows (pitch 576): the tensor-map Q load with a head stride, 96 heads
+    c.name = "sm90-bf16-h96-qpad";
+    c.layout = DSV4_KV_LAYOUT_BF16;
+    c.heads = 96;
+    c.q_pad = 64;
+    add(c);
+  }
+  {
+    explicit_case c;  // q rows not 16-byte aligned (pitch 516): the Hopper kernel loads Q itself
+    c.name = "sm90-v4-h64-qodd";
+    c.heads = 64;
+    c.q_pad = 4;
     add(c);
   }
   {
