@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -16,6 +18,15 @@
 namespace dsv4 {
 
 using fail_fn = dsv4_status (*)(dsv4_status, const char*, ...);
+
+// The body of every module's fail(): "<module>: <message>" to the host's thread-local error.
+inline void report_module_error(const dsv4_host_services* host, const char* module, const char* format,
+                                va_list args) {
+  char message[512];
+  const int prefix = std::snprintf(message, sizeof message, "%s: ", module);
+  std::vsnprintf(message + prefix, sizeof message - static_cast<size_t>(prefix), format, args);
+  if (host != nullptr && host->set_error != nullptr) host->set_error(message);
+}
 
 // Runs fn; an escaping exception becomes a status (nothing crosses the C ABI).
 template <class Fn>

@@ -4,6 +4,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "common/module_slots.h"
+
 namespace dsv4 {
 namespace cpu {
 namespace {
@@ -16,14 +18,10 @@ void set_host(const dsv4_host_services* services) {
 }
 
 dsv4_status fail(dsv4_status status, const char* format, ...) {
-  char message[512];
-  const int prefix = std::snprintf(message, sizeof message, "cpu: ");
   va_list args;
   va_start(args, format);
-  std::vsnprintf(message + prefix, sizeof message - static_cast<size_t>(prefix), format, args);
+  report_module_error(host(), "cpu", format, args);
   va_end(args);
-  const dsv4_host_services* h = host();
-  if (h != nullptr && h->set_error != nullptr) h->set_error(message);
   return status;
 }
 

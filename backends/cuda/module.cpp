@@ -27,13 +27,10 @@ const dsv4_host_services* g_host = nullptr;
 
 dsv4_status fail(dsv4_status status, const char* format, ...) __attribute__((format(printf, 2, 3)));
 dsv4_status fail(dsv4_status status, const char* format, ...) {
-  char message[512];
-  const int prefix = std::snprintf(message, sizeof message, "cuda: ");
   va_list args;
   va_start(args, format);
-  std::vsnprintf(message + prefix, sizeof message - static_cast<size_t>(prefix), format, args);
+  report_module_error(g_host, "cuda", format, args);
   va_end(args);
-  if (g_host != nullptr && g_host->set_error != nullptr) g_host->set_error(message);
   return status;
 }
 
