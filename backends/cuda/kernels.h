@@ -89,6 +89,13 @@ bool attention_sm90_layouts(uint32_t main_layout, uint32_t extra_layout);  // ca
 cudaError_t attention_sm90_configure();
 cudaError_t attention_sm90_launch(const attention_params& p, cudaStream_t stream);
 
+// Hopper kernel for 1..32 heads, attention_sm90_small.cu: 16- or 32-head tiles (head_tiles 1 or 2),
+// mma.sync, two producer warpgroups; the layouts, alignment and image check of the kernel above.
+size_t attention_sm90_small_smem_bytes();
+bool attention_sm90_small_compiled();
+cudaError_t attention_sm90_small_configure();
+cudaError_t attention_sm90_small_launch(const attention_params& p, cudaStream_t stream);
+
 // Paged mode: builds every token's SWA and compressed lists into the workspace (one thread per token,
 // through backends/common/paged_index.h).
 struct paged_build_params {

@@ -90,6 +90,7 @@ struct tiling {
   size_t smem_bytes = 0;
   double chunk_cost = 1.0;      // time of one chunk relative to a 64-head tile (measured on an H200)
   bool sm90 = false;            // the Hopper wgmma kernel (attention_sm90.cu)
+  bool sm90_small = false;      // the Hopper kernel for 1..32 heads (attention_sm90_small.cu)
 };
 
 struct plan {
@@ -103,8 +104,9 @@ struct plan {
   // each with half the mma work per chunk (CONFIG1 b=2 on an H200: 24.6 -> 20.8 us with the
   // dependent-launch combine).
   tiling narrow{};
-  // Hopper plans (compute capability 9.0, sm_90a code loaded, one 512-dim layout, > 32 heads) also
-  // hold the wgmma kernel's tiling; runs use it when their caches are 16-byte aligned.
+  // Hopper plans (compute capability 9.0, sm_90a code loaded, one 512-dim layout) also hold the
+  // tiling of a Hopper kernel (wgmma for > 32 heads, the small-head kernel otherwise); runs use it
+  // when their caches are 16-byte aligned.
   tiling sm90{};
   int width[2] = {0, 0};        // list widths (explicit: topk / extra_topk; paged: W / cmp width)
   int chunks[2] = {0, 0};
@@ -295,9 +297,23 @@ dsv4_status size_plan(plan* p) {
   const char* senv = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_MAX_SPLITS") : nullptr;
   if (senv != nullptr) p->max_splits = std::max(0, std::atoi(senv));
   const bool never_sm90 = kenv != nullptr && std::strcmp(kenv, "mma") == 0;
-  if (!never_sm90 && p->ctx->cc_major == 9 && o.head_dim_qk == kHeadDim && o.num_heads > 32 &&
-      attention_sm90_layouts(o.swa_cache.layout, o.extra_cache.layout) &&
-      attention_sm90_smem_bytes() <= p->ctx->smem_optin && attention_sm90_compiled()) {
+  const bool hopper = !never_sm90 && p->ctx->cc_major == 9 && o.head_dim_qk == kHeadDim &&
+                      attention_sm90_layouts(o.swa_cache.layout, o.extra_cache.layout);
+  if (hopper && o.num_heads <= 2 * kMmaRows && attention_sm90_small_smem_bytes() <= p->ctx->smem_optin &&
+      attention_sm90_small_compiled()) {
+    // 1..32 heads: 16- or 32-head tiles fed by two producer warpgroups (H200, CONFIG1 shapes at b=64
+    // against the mma.sync kernel: see docs/performance.md).
+    const cudaError_t serr = attention_sm90_small_configure();
+    if (serr != cudaSuccess) return cuda_fail(serr, "plan: cudaFuncSetAttribute (sm90 small)");
+    tiling& h = p->sm90;
+    h.head_tiles = o.num_heads <= kMmaRows ? 1 : 2;
+    h.head_groups = 1;
+    h.smem_bytes = attention_sm90_small_smem_bytes();
+    h.ctas_per_sm = 1;
+    h.chunk_cost = 0.45;
+    h.sm90_small = true;
+  } else if (hopper && o.num_heads > 2 * kMmaRows && attention_sm90_smem_bytes() <= p->ctx->smem_optin &&
+             attention_sm90_compiled()) {
     const cudaError_t serr = attention_sm90_configure();
     if (serr != cudaSuccess) return cuda_fail(serr, "plan: cudaFuncSetAttribute (sm90)");
     tiling& h = p->sm90;
@@ -327,8 +343,9 @@ dsv4_status size_plan(plan* p) {
   if (rows > 0) p->workspace_bytes += partial_bytes_o(rows, o.num_heads) + partial_bytes_ml(rows, o.num_heads);
   // The caller's workspace need not be aligned: keep room to align its start to kAlign.
   if (p->workspace_bytes > 0) p->workspace_bytes += kAlign;
-  std::snprintf(p->kernel, sizeof p->kernel, "cuda-%s-bf16-h%d-k%d/%s", p->sm90.sm90 ? "wgmma" : "mma",
-                p->sm90.sm90 ? kSm90Heads : tiles * kMmaRows, chunk,
+  const char* kind = p->sm90.sm90 ? "wgmma" : p->sm90.sm90_small ? "sm90-mma" : "mma";
+  const int tile_heads = p->sm90.sm90 ? kSm90Heads : p->sm90.sm90_small ? p->sm90.head_tiles * kMmaRows : tiles * kMmaRows;
+  std::snprintf(p->kernel, sizeof p->kernel, "cuda-%s-bf16-h%d-k%d/%s", kind, tile_heads, chunk,
                 o.mode == DSV4_MODE_PAGED ? "paged" : "explicit");
   return DSV4_STATUS_OK;
 }
@@ -444,7 +461,9 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
     a.partial_o = reinterpret_cast<float*>(part);
     a.partial_ml = reinterpret_cast<float*>(part + partial_bytes_o(p.partial_rows, o.num_heads));
   }
-  const cudaError_t err = tl.sm90 ? attention_sm90_launch(a, stream) : attention_launch(a, tl.smem_bytes, stream);
+  const cudaError_t err = tl.sm90         ? attention_sm90_launch(a, stream)
+                          : tl.sm90_small ? attention_sm90_small_launch(a, stream)
+                                          : attention_launch(a, tl.smem_bytes, stream);
   if (err != cudaSuccess) return cuda_fail(err, "run: attention launch");
   return DSV4_STATUS_OK;
 }

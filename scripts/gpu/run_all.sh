@@ -16,15 +16,34 @@ IFS=';' read -r -a PROFILE_FILTERS <<<"${PROFILE:-CONFIG1 b=64;prefill h64 topk 
 [ ${#STEPS[@]} -eq 0 ] && STEPS=(test bench)
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
+MODULE_SOURCES=(module.cpp attention.cu attention_sm90.cu attention_sm90_small.cu paged_kv.cu)
+# build_module OUTPUT.so LOG [nvcc flags...]: the module's sources compiled in parallel, then linked.
+build_module() {
+  local so=$1 logf=$2
+  shift 2
+  local inc="-I$ROOT/include -I$ROOT/backends/include -I$ROOT/backends" objs=() pids=() rc=0
+  : >"$logf"
+  for src in "${MODULE_SOURCES[@]}"; do
+    local obj="$so.${src%.*}.o"
+    objs+=("$obj")
+    nvcc -O2 -std=c++17 -gencode arch=compute_${ARCH},code=sm_${ARCH} -Xcompiler -fPIC,-fvisibility=hidden "$@" \
+      $inc -c "backends/cuda/$src" -o "$obj" >"$obj.log" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  for obj in "${objs[@]}"; do cat "$obj.log" >>"$logf"; done
+  [ $rc -eq 0 ] || return 1
+  nvcc -shared "${objs[@]}" -cudart static -o "$so" >>"$logf" 2>&1
+}
+
 build() {
   [ -f "$B/.built" ] && return 0
   log "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
   log "nvcc: $(nvcc --version | tail -1)"
   local inc="-I$ROOT/include -I$ROOT/backends/include -I$ROOT/backends"
   local t0=$SECONDS
-  nvcc -O2 -std=c++17 -gencode arch=compute_${ARCH},code=sm_${ARCH} -Xcompiler -fPIC,-fvisibility=hidden \
-    -Xptxas -v,--warn-on-local-memory-usage -shared $inc backends/cuda/module.cpp backends/cuda/attention.cu backends/cuda/attention_sm90.cu backends/cuda/paged_kv.cu \
-    -cudart static -o "$B/libdsv4-cuda.so" >"$OUT/build_module.log" 2>&1 || { cat "$OUT/build_module.log"; return 1; }
+  build_module "$B/libdsv4-cuda.so" "$OUT/build_module.log" -Xptxas -v,--warn-on-local-memory-usage ||
+    { cat "$OUT/build_module.log"; return 1; }
   grep -E "registers|spill" "$OUT/build_module.log" | head -12
   # Spills, serialised wgmma and ignored register budgets each cost the Hopper kernel dearly.
   grep -E "Potential Performance Loss|Local memory used" "$OUT/build_module.log" | sort | uniq -c
@@ -99,11 +118,8 @@ for step in "${STEPS[@]}"; do
       # Timeline of the Hopper kernel (scripts/gpu/trace_sm90.py): a module built with
       # -DDSV4_SM90_TRACE, the bench's last launch of each TRACE_CASE dumped and summarised.
       build || exit 1
-      inc="-I$ROOT/include -I$ROOT/backends/include -I$ROOT/backends"
-      nvcc -O2 -std=c++17 -DDSV4_SM90_TRACE -gencode arch=compute_${ARCH},code=sm_${ARCH} \
-        -Xcompiler -fPIC,-fvisibility=hidden -shared $inc backends/cuda/module.cpp backends/cuda/attention.cu \
-        backends/cuda/attention_sm90.cu backends/cuda/paged_kv.cu -cudart static -o "$B/libdsv4-cuda-trace.so" \
-        >"$OUT/build_trace.log" 2>&1 || { cat "$OUT/build_trace.log"; exit 1; }
+      build_module "$B/libdsv4-cuda-trace.so" "$OUT/build_trace.log" -DDSV4_SM90_TRACE ||
+        { cat "$OUT/build_trace.log"; exit 1; }
       IFS=';' read -r -a TRACE_CASES <<<"${TRACE_CASE:-CONFIG1 b=64}"
       for f in "${TRACE_CASES[@]}"; do
         tag=$(echo "$f" | tr -c 'a-zA-Z0-9' _)

@@ -896,6 +896,80 @@ std::vector<explicit_case> explicit_cases() {
     c.q_pad = 4;
     add(c);
   }
+  // Shapes aimed at the Hopper small-head kernel (1..32 heads: 16- and 32-head tiles, partial
+  // tiles, every layout it serves, splits, fix-up of inexact groups, fp8 and unaligned q), and the
+  // mma.sync kernel it replaces there.
+  for (int h : {8, 20, 32}) {
+    explicit_case c;
+    c.name = "sm90s-v4-h" + std::to_string(h);
+    c.heads = h;
+    c.topk = 200;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 130;
+    c.block = 61;
+    c.extra_block = 2;
+    c.special_rows = h != 20;
+    add(c);
+    if (h == 8) {
+      c.name = "mma-v4-h8";
+      c.kernel = "mma";
+      add(c);
+    }
+  }
+  {
+    explicit_case c;  // splits over 160 tokens, 16 heads
+    c.name = "sm90s-v4-decode-h16-b80";
+    c.heads = 16;
+    c.batch = 80;
+    c.topk = 96;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 700;
+    add(c);
+  }
+  {
+    explicit_case c;
+    c.name = "sm90s-bf16-h24-sq1";
+    c.layout = DSV4_KV_LAYOUT_BF16;
+    c.extra_layout = DSV4_KV_LAYOUT_BF16;
+    c.heads = 24;
+    c.seq_q = 1;
+    c.batch = 9;
+    c.topk = 64;
+    c.extra_topk = 257;
+    add(c);
+  }
+  {
+    explicit_case c;
+    c.name = "sm90s-per-tensor-fp8-q-h4";
+    c.special_rows = true;
+    c.layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+    c.heads = 4;
+    c.topk = 70;
+    c.extra_topk = 128;
+    c.q_fp8 = true;
+    c.kv_scale = 0.0125f;
+    add(c);
+  }
+  {
+    explicit_case c;
+    c.name = "sm90s-csr-v4-h16-T300";
+    c.csr = true;
+    c.lengths = false;
+    c.heads = 16;
+    c.batch = 150;
+    c.topk = 150;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 70;
+    add(c);
+  }
+  {
+    explicit_case c;  // q rows not 16-byte aligned (pitch 516)
+    c.name = "sm90s-v4-h32-qodd";
+    c.heads = 32;
+    c.q_pad = 4;
+    add(c);
+  }
   {
     explicit_case c;
     c.name = "per-tensor-bf16-q";

@@ -1,0 +1,455 @@
+// Sparse MLA attention for Hopper (sm_90a) with few heads (1..32): two converting producer
+// warpgroups feed one mma.sync consumer warpgroup.
+//
+// A key row costs the same gather and dequantisation for 8 heads as for 64, while the tensor-core
+// work shrinks with the heads; the 64-head kernel's single producer warpgroup (one warp per
+// scheduler, latency-bound) sets its pace. Here two producer warpgroups split every chunk, and the
+// consumer's tensor-core work is sized to 16 or 32 rows instead of wgmma's 64.
+//
+// One CTA = one (token, key split, group of 16 * MT heads); 384 threads:
+//   WG1, WG2 (producers, sm90_pipeline.cuh): rows 0..31 and 32..63 of every 64-key chunk, gathered,
+//       dequantised (FP8) or copied (bf16) into one of two K buffers (the 128B-swizzled layout of the
+//       64-head kernel); full / empty mbarriers hand the buffers over.
+//   WG0 (consumer, warps w = 0..3): S = Q K^T for keys 16w..16w+15 of the chunk and every head
+//       (mma.sync m16n8k16, operands by ldmatrix); the chunk's row maxima meet in shared memory; P
+//       (bf16) to shared memory; O[:, 128w..128w+127] += P V (V: the same buffer, ldmatrix.trans).
+// Numerics match the other kernels: logits scaled in fp32 (base 2), P rounded to bf16, fp32 O and
+// sums (each warp keeps the sum over its keys; the parts are added once at the end).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "common/codec.h"
+#include "common/index.h"
+#include "common/layout.h"
+#include "device_common.cuh"
+#include "kernels.h"
+#include "sm90_pipeline.cuh"
+
+namespace dsv4 {
+namespace cuda {
+namespace {
+
+constexpr int kSmallThreads = 384;
+constexpr int kMaxRows = 32;                      // heads per CTA: 16 * MT, MT <= 2
+constexpr int kQStride = (kHeadDim + 8) * 2;      // bf16 Q / output staging row, 16 bytes of padding
+constexpr int kPStride = (kKeys + 8) * 2;         // bf16 P row (64 keys), 16 bytes of padding
+
+// Shared-memory map (offsets from a 1024-byte aligned base); k, valid and counts as the producers
+// expect them.
+struct small_map {
+  static constexpr int k = 0;                                // two K buffers
+  static constexpr int q = k + 2 * kOperandBytes;            // Q tile, later the output staging
+  static constexpr int p = q + kMaxRows * kQStride;          // P
+  static constexpr int valid = p + kMaxRows * kPStride;      // [2][64] uint32 flags
+  static constexpr int red_max = valid + 2 * kKeys * 4;      // [4 warps][32] fp32
+  static constexpr int red_sum = red_max + 4 * kMaxRows * 4; // [4 warps][32] fp32
+  static constexpr int sink = red_sum + 4 * kMaxRows * 4;    // [32] fp32 sink logits (-inf: none)
+  static constexpr int bars = sink + kMaxRows * 4;           // full[2], empty[2] (8 bytes each)
+  static constexpr int counts = bars + 4 * 8;                // list counts [2] (+ scratch)
+  static constexpr int total = counts + 16;
+};
+constexpr size_t kSmallSmemBytes = small_map::total + 1024;  // + alignment slack
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Named barriers of the consumer warpgroup (0 is __syncthreads).
+constexpr int kBarMax = 1;    // every warp's chunk row maxima are stored
+constexpr int kBarP = 2;      // every warp's P is stored
+constexpr int kBarSum = 3;    // every warp's row sums are stored (and its last Q K^T is done)
+constexpr int kBarStage = 4;  // the output staging is complete
+
+// WG0. MT: 16-row m-tiles (heads 16 mt + r). kValueScale: P times the per-tensor FP8 value scale.
+template <int MT, bool kValueScale>
+__device__ __forceinline__ void small_consumer(const attention_params& p, const cta_state& st, const chunk_walk& walk,
+                                               int tid) {
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int tig = lane % 4;
+  float o[MT][16][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int n = 0; n < 16; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][n][e] = 0.0f;
+  float m_run[MT][2];
+  float l_run[MT][2];  // this thread's share of the row sums (its keys)
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    m_run[mt][0] = m_run[mt][1] = -INFINITY;
+    l_run[mt][0] = l_run[mt][1] = 0.0f;
+  }
+  // ldmatrix row addresses. A operands (Q, P; padded rows): lane l reads row l % 16, columns
+  // 8 (l / 16) onwards of each 16 x 16 tile. K (S = Q K^T, B operand): matrix j = l / 8 holds keys
+  // 8 (j / 2) .. of this warp's 16 and dims 8 (j % 2) .. of the k-step. V (P V, transposed B):
+  // matrix j holds keys 8 (j % 2) .. of the k-step and dims 8 (j / 2) .. of the n-tile pair. In the
+  // 128B swizzle a 16-byte unit u of row r sits at (u ^ (r % 8)) within its 128-byte row, r % 8 = l % 8
+  // here: the four XOR patterns a lane needs are computed once.
+  const int j = lane / 8;
+  const uint32_t q_lane = st.base + small_map::q + (lane % 16) * kQStride + (lane / 16) * 16;
+  const uint32_t p_lane = st.base + small_map::p + (lane % 16) * kPStride + (lane / 16) * 16;
+  uint32_t k_lane[4], v_lane[4];
+#pragma unroll
+  for (int x = 0; x < 4; ++x) {
+    k_lane[x] = (16 * warp + 8 * (j / 2) + lane % 8) * kAtomBytes + (((2 * x + j % 2) ^ (lane % 8)) << 4);
+    v_lane[x] = 2 * warp * kColBytes + (8 * (j % 2) + lane % 8) * kAtomBytes + (((2 * x + j / 2) ^ (lane % 8)) << 4);
+  }
+  float* red_max = reinterpret_cast<float*>(st.smem + small_map::red_max);
+  uint8_t* pbuf = st.smem + small_map::p;
+  int i = 0;
+  for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
+    const int b = i & 1;
+    const int li = walk.list_of(c);
+    const uint32_t kbuf = st.base + small_map::k + b * kOperandBytes;
+    mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
+    if (tid == 0) trace::chunk(i, trace::kWg0Full);
+    // S = Q K^T: 32 k-steps of 16 dims; s[mt][nt]: keys 16 warp + 8 nt + 2 tig + {0, 1}, rows g / g + 8.
+    // With one m-tile, even and odd k-steps accumulate apart (four dependent mma chains, not two).
+    constexpr int kChains = MT == 1 ? 2 : 1;
+    float sc[kChains][MT][2][4];
+#pragma unroll
+    for (int ch = 0; ch < kChains; ++ch)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sc[ch][mt][nt][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+      uint32_t kf[4];
+      ldmatrix_x4(kf, kbuf + (ks / 4) * kColBytes + k_lane[ks % 4]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        uint32_t a[4];
+        ldmatrix_x4(a, q_lane + mt * 16 * kQStride + ks * 32);
+        mma_bf16(sc[ks % kChains][mt][0], a, kf[0], kf[1]);
+        mma_bf16(sc[ks % kChains][mt][1], a, kf[2], kf[3]);
+      }
+    }
+    float (&s)[MT][2][4] = sc[0];
+#pragma unroll
+    for (int ch = 1; ch < kChains; ++ch)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] += sc[ch][mt][nt][e];
+    if (tid == 0) trace::chunk_after(i, trace::kWg0Qk, __float_as_uint(s[0][0][0]), smem_addr(st.smem + small_map::counts + 8));
+    // Online softmax (base 2) over the chunk: warp maxima of each row, then the chunk's.
+    const float scl = p.logit_scale_log2[li];
+    const float vs = kValueScale ? p.value_scale[li] : 1.0f;
+    const uint32_t* valid = reinterpret_cast<const uint32_t*>(st.smem + small_map::valid) + b * kKeys;
+    bool key_ok[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) key_ok[nt][e] = valid[16 * warp + 8 * nt + 2 * tig + e] != 0;
+    float mx[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[mt][h] = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& v = s[mt][nt][2 * h + e];
+            v = key_ok[nt][e] ? v * scl : -INFINITY;
+            mx[mt][h] = fmaxf(mx[mt][h], v);
+          }
+        mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 1));
+        mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 2));
+        if (tig == 0) red_max[warp * kMaxRows + 16 * mt + g + 8 * h] = mx[mt][h];
+      }
+    }
+    named_sync(kBarMax, 128);
+    float alpha[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * mt + g + 8 * h;
+        const float m_chunk = fmaxf(fmaxf(red_max[r], red_max[kMaxRows + r]),
+                                    fmaxf(red_max[2 * kMaxRows + r], red_max[3 * kMaxRows + r]));
+        const float m_new = fmaxf(m_run[mt][h], m_chunk);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        alpha[mt][h] = exp2f(m_run[mt][h] - m_use);
+        m_run[mt][h] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const float e0 = exp2f(s[mt][nt][2 * h] - m_use);
+          const float e1 = exp2f(s[mt][nt][2 * h + 1] - m_use);
+          sum += e0 + e1;
+          *reinterpret_cast<uint32_t*>(pbuf + r * kPStride + (16 * warp + 8 * nt + 2 * tig) * 2) =
+              pack_bf16(e0 * vs, e1 * vs);
+        }
+        l_run[mt][h] = l_run[mt][h] * alpha[mt][h] + sum;
+      }
+    }
+    named_sync(kBarP, 128);
+    if (tid == 0) trace::chunk(i, trace::kWg0P);
+    // O[:, 128 warp + 8 n + 2 tig + {0, 1}] = alpha O + P V: 4 k-steps of 16 keys x 8 n-tile pairs.
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int n = 0; n < 16; ++n) {
+        o[mt][n][0] *= alpha[mt][0];
+        o[mt][n][1] *= alpha[mt][0];
+        o[mt][n][2] *= alpha[mt][1];
+        o[mt][n][3] *= alpha[mt][1];
+      }
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(a[mt], p_lane + mt * 16 * kPStride + kk * 32);
+#pragma unroll
+      for (int np = 0; np < 8; ++np) {
+        uint32_t vf[4];
+        ldmatrix_x4_trans(vf, kbuf + (np / 4) * kColBytes + kk * 16 * kAtomBytes + v_lane[np % 4]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_bf16(o[mt][2 * np], a[mt], vf[0], vf[1]);
+          mma_bf16(o[mt][2 * np + 1], a[mt], vf[2], vf[3]);
+        }
+      }
+    }
+    mbar_arrive(st.empty_bar + 8 * b);  // this thread's reads of buffer b and its flags are done
+    if (tid == 0) trace::chunk_after(i, trace::kWg0Pv, __float_as_uint(o[0][15][3]), smem_addr(st.smem + small_map::counts + 8));
+  }
+  if (tid == 0) {
+    trace::header(trace::kWg0Epi);
+#if defined(DSV4_SM90_TRACE)
+    if (uint32_t* r = trace::record()) r[trace::kChunksRun] = static_cast<uint32_t>(i);
+#endif
+  }
+
+  // Row sums: the quad's, then the four warps' (every warp's m_run is the same).
+  float* red_sum = reinterpret_cast<float*>(st.smem + small_map::red_sum);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = l_run[mt][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      if (tig == 0) red_sum[warp * kMaxRows + 16 * mt + g + 8 * h] = l;
+    }
+  named_sync(kBarSum, 128);
+  const float* sink = reinterpret_cast<const float*>(st.smem + small_map::sink);
+  const int rows = min(16 * MT, p.num_heads - st.head0);
+  const int64_t t = st.t;
+  if (p.num_splits == 1) {
+    // O * factor as bf16 into the Q tile (every warp's last Q K^T is done), then whole rows out.
+    uint8_t* stage = st.smem + small_map::q;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * mt + g + 8 * h;
+        const float l = red_sum[r] + red_sum[kMaxRows + r] + red_sum[2 * kMaxRows + r] + red_sum[3 * kMaxRows + r];
+        const float factor = row_output_factor_sink(sink[r], m_run[mt][h], l);
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+          *reinterpret_cast<uint32_t*>(stage + r * kQStride + (128 * warp + 8 * n + 2 * tig) * 2) =
+              pack_bf16(o[mt][n][2 * h] * factor, o[mt][n][2 * h + 1] * factor);
+        }
+        if (warp == 0 && tig == 0 && r < rows) write_row_stats(p, t, st.head0 + r, m_run[mt][h], l);
+      }
+    named_sync(kBarStage, 128);
+    const int64_t out0 = token_offset(p.out, t, p.seq_q, st.head0);
+    for (int u = tid; u < rows * (kHeadDim / 8); u += 128) {
+      const int r = u / (kHeadDim / 8);
+      const int d = 8 * (u % (kHeadDim / 8));
+      store_out8_at(p, out0 + r * p.out.stride_h + d, *reinterpret_cast<const uint4*>(stage + r * kQStride + 2 * d));
+    }
+    if (tid == 0) trace::header(trace::kEpiStaged);
+  } else {
+    const int64_t pbase = (t * p.num_splits + st.split) * p.num_heads + st.head0;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * mt + g + 8 * h;
+        if (r >= rows) continue;
+        float* po = p.partial_o + (pbase + r) * kHeadDim + 128 * warp + 2 * tig;
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+          *reinterpret_cast<float2*>(po + 8 * n) = make_float2(o[mt][n][2 * h], o[mt][n][2 * h + 1]);
+        }
+        if (warp == 0 && tig == 0) {
+          float* pml = p.partial_ml + (pbase + r) * 2;
+          pml[0] = m_run[mt][h];
+          pml[1] = red_sum[r] + red_sum[kMaxRows + r] + red_sum[2 * kMaxRows + r] + red_sum[3 * kMaxRows + r];
+        }
+      }
+  }
+}
+
+// Full-barrier arrivals per chunk: both producer warpgroups (a bf16 producer thread arrives twice).
+template <uint32_t L>
+constexpr uint32_t kSmallFullArrivals = 2 * kFullArrivals<L>;
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+
+// Register budgets per warpgroup role (setmaxnreg): a 32-head consumer needs 200. The three must
+// not exceed the launch bound's 3 x 168, or the increase waits forever.
+constexpr int kConsumerRegs = 200;
+constexpr int kProducerRegs = 152;
+static_assert(kConsumerRegs + 2 * kProducerRegs <= 3 * 168, "register budgets within the launch bound's");
+
+template <uint32_t L, int MT>
+__global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(const __grid_constant__ attention_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  cta_state st{};
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  st.smem = smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u);  // the swizzle needs 1024-byte alignment
+  st.base = smem_addr(st.smem);
+  int32_t* counts = reinterpret_cast<int32_t*>(st.smem + small_map::counts);
+  st.full_bar = st.base + small_map::bars;
+  st.empty_bar = st.full_bar + 16;
+
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  const int tid = threadIdx.x;
+#if defined(DSV4_SM90_TRACE)
+  if (tid == 0) {
+    if (uint32_t* r = trace::record()) {
+      uint32_t sm;
+      asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+      r[trace::kSm] = sm;
+      r[trace::kGlobalStart] = trace::global_ns();
+    }
+    trace::header(trace::kStart);
+  }
+#endif
+  const int64_t cta = blockIdx.x;
+  const int group = static_cast<int>(cta % p.head_groups);
+  st.split = static_cast<int>((cta / p.head_groups) % p.num_splits);
+  st.t = cta / (static_cast<int64_t>(p.head_groups) * p.num_splits);
+  st.head0 = group * 16 * MT;
+  st.c_begin = st.split * p.chunks_per_split;
+  const int64_t t = st.t;
+  const int c_end = min(p.chunks[0] + p.chunks[1], st.c_begin + p.chunks_per_split);
+  const int wg = tid / 128;
+  const int half = wg - 1;  // producers: which 32 rows of each chunk
+  first_jobs first{};
+  if (wg > 0) {
+    const int row = 32 * half + 8 * ((tid % 128) / 32) + (tid & 7);
+    const int rows[2] = {row, row};
+    // FP8: slot 1 is the next chunk's row (half chunks); bf16 copies one row per chunk.
+    first = speculate_first(p, t, st.c_begin, c_end, rows, !row_format<L>::kBf16);
+  }
+  if (tid < 2) store_list_count(p, t, tid, counts);
+  if (tid == 32) {
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(st.full_bar + 8 * b, kSmallFullArrivals<L>);
+      mbar_init(st.empty_bar + 8 * b, 128);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if (tid < 16 * MT) {
+    const int h = st.head0 + tid;
+    reinterpret_cast<float*>(st.smem + small_map::sink)[tid] = h < p.num_heads ? head_sink(p, h) : -INFINITY;
+  }
+  __syncthreads();
+  const chunk_walk walk{p, counts[0], counts[1], c_end};
+  if (wg == 0) {
+    set_max_registers_inc<kConsumerRegs>();
+    // Q (16 MT rows, padding heads zero): unit tid % 64 of rows tid / 64 + 2m.
+    const int unit = tid % 64;
+    const int64_t q0 = token_offset(p.q, t, p.seq_q, st.head0);
+    for (int r = tid / 64; r < 16 * MT; r += 2) {
+      load_q_unit(p, st.smem + small_map::q + r * kQStride + 16 * unit, q0 + r * p.q.stride_h + 8 * unit,
+                  st.head0 + r >= p.num_heads);
+    }
+    cp_async_commit();
+    cp_async_wait_all();
+    named_sync(kBarSum, 128);  // Q is complete (the barrier is free until the end of the loop)
+    if (tid == 0) trace::header(trace::kQReady);
+    small_consumer<MT, L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>(p, st, walk, tid);
+    if (tid == 0) {
+      trace::header(trace::kWg0End);
+#if defined(DSV4_SM90_TRACE)
+      if (uint32_t* r = trace::record()) r[trace::kGlobalEnd] = trace::global_ns();
+#endif
+    }
+  } else {
+    set_max_registers_dec<kProducerRegs>();
+    if constexpr (row_format<L>::kBf16) {
+      producer_copy<L, small_map, true>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
+    } else {
+      producer_convert<L, small_map, 1, true>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
+    }
+  }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+template <uint32_t L, int MT>
+cudaError_t configure_small(int bytes) {
+  return cudaFuncSetAttribute(attention_sm90_small_kernel<L, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
+template <uint32_t L>
+cudaError_t launch_small(const attention_params& p, const cudaLaunchConfig_t& cfg) {
+  return p.head_tiles == 1 ? cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1>, p)
+                           : cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 2>, p);
+}
+
+}  // namespace
+
+size_t attention_sm90_small_smem_bytes() { return kSmallSmemBytes; }
+
+bool attention_sm90_small_compiled() {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, attention_sm90_small_kernel<DSV4_KV_LAYOUT_BF16, 1>) != cudaSuccess) return false;
+  return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;  // as attention_sm90_compiled
+}
+
+cudaError_t attention_sm90_small_configure() {
+#if defined(DSV4_SM90_TRACE)
+  if (const cudaError_t terr = trace::attach(); terr != cudaSuccess) return terr;
+#endif
+  const int bytes = static_cast<int>(kSmallSmemBytes);
+  cudaError_t err = cudaSuccess;
+  for (int mt = 1; mt <= 2 && err == cudaSuccess; ++mt) {
+    err = mt == 1 ? configure_small<DSV4_KV_LAYOUT_FP8_V4_584B, 1>(bytes) : configure_small<DSV4_KV_LAYOUT_FP8_V4_584B, 2>(bytes);
+    if (err == cudaSuccess) err = mt == 1 ? configure_small<DSV4_KV_LAYOUT_BF16, 1>(bytes) : configure_small<DSV4_KV_LAYOUT_BF16, 2>(bytes);
+    if (err == cudaSuccess) {
+      err = mt == 1 ? configure_small<DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, 1>(bytes)
+                    : configure_small<DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, 2>(bytes);
+    }
+  }
+  return err;
+}
+
+cudaError_t attention_sm90_small_launch(const attention_params& p, cudaStream_t stream) {
+  if (p.num_tokens <= 0) return cudaSuccess;
+  if (p.head_tiles < 1 || p.head_tiles > 2) return cudaErrorInvalidValue;
+  const int64_t ctas = static_cast<int64_t>(p.num_tokens) * p.head_groups * p.num_splits;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(ctas));
+  cfg.blockDim = dim3(kSmallThreads);
+  cfg.dynamicSmemBytes = kSmallSmemBytes;
+  cfg.stream = stream;
+#if defined(DSV4_SM90_TRACE)
+  trace::launch(ctas);
+#endif
+  cudaError_t err;
+  switch (p.cache[0].layout) {
+    case DSV4_KV_LAYOUT_FP8_V4_584B: err = launch_small<DSV4_KV_LAYOUT_FP8_V4_584B>(p, cfg); break;
+    case DSV4_KV_LAYOUT_BF16: err = launch_small<DSV4_KV_LAYOUT_BF16>(p, cfg); break;
+    case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR: err = launch_small<DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>(p, cfg); break;
+    default: return cudaErrorInvalidValue;
+  }
+  if (err != cudaSuccess || p.num_splits == 1) return err;
+  return combine_launch(p, stream);
+}
+
+}  // namespace cuda
+}  // namespace dsv4
