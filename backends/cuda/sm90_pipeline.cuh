@@ -275,19 +275,10 @@ __device__ __forceinline__ void load_share(row_share<L>& r, const uint8_t* src, 
     return;
   }
 #pragma unroll
-#if defined(DSV4_EXP_NOLOAD)
-  for (int g = 0; g < F::kFp8Groups; ++g) { const uint32_t a = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(src)) & 0x3f3f3f3fu; r.fp8[g] = make_uint4(a, a + g, a ^ q, a); }
-#else
   for (int g = 0; g < F::kFp8Groups; ++g) r.fp8[g] = ld_nc16(src + 64 * g + 16 * q);
-#endif
 #pragma unroll
-#if defined(DSV4_EXP_NOLOAD_ALL)
-  for (int g = 0; g < F::kRopeGroups; ++g) r.rope[g] = make_uint4(q, g, 0, 0);
-  r.scales = make_uint2(0x7f7f7f7fu, 0x7f7f7f7fu);
-#else
   for (int g = 0; g < F::kRopeGroups; ++g) r.rope[g] = ld_nc16(src + kNopeDim + 64 * g + 16 * q);
   if constexpr (F::kV4) r.scales = ld_nc8(sc);
-#endif
 }
 
 // Where a producer thread writes a chunk: this CTA's buffer and, in a CTA pair, the peer's
@@ -345,11 +336,7 @@ __device__ __forceinline__ uint32_t store_share(const row_share<L>& r, const row
     const uint4& w = r.fp8[g];
     const uint32_t e = group_scale<L>(r.scales, g);
     const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#if defined(DSV4_EXP_NOCONVERT)
-    const bool exact = true; put_unit<CLUSTER>(d, g * kColBytes + slot.pair[0], w); put_unit<CLUSTER>(d, g * kColBytes + slot.pair[1], w); continue;
-#else
     const bool exact = pow2_fast_is_exact<4>(words, e);
-#endif
     inexact |= exact ? 0u : 1u << g;
     put_unit<CLUSTER>(d, g * kColBytes + slot.pair[0], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.x, w.y), e), exact);
     put_unit<CLUSTER>(d, g * kColBytes + slot.pair[1], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.z, w.w), e), exact);
