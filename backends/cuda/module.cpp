@@ -296,7 +296,8 @@ dsv4_status size_plan(plan* p) {
   const char* kenv = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_KERNEL") : nullptr;
   const char* senv = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_MAX_SPLITS") : nullptr;
   if (senv != nullptr) p->max_splits = std::max(0, std::atoi(senv));
-  const bool never_sm90 = kenv != nullptr && std::strcmp(kenv, "mma") == 0;
+  // DSV4_CUDA_CHUNK=32 asks for the small-shared-memory mma.sync variant: no Hopper kernel either.
+  const bool never_sm90 = (kenv != nullptr && std::strcmp(kenv, "mma") == 0) || force_small;
   const bool hopper = !never_sm90 && p->ctx->cc_major == 9 && o.head_dim_qk == kHeadDim &&
                       attention_sm90_layouts(o.swa_cache.layout, o.extra_cache.layout);
   if (hopper && o.num_heads <= 2 * kMmaRows && attention_sm90_small_smem_bytes() <= p->ctx->smem_optin &&
