@@ -59,12 +59,39 @@ DSV4_HD const uint8_t* slot_block_base(const dsv4_mod_cache& c, int64_t slot, in
   return c.base + (slot / c.block_size) * c.block_stride_bytes;
 }
 
-// slot_block_base for a slot that passed slot_is_valid, in 32-bit arithmetic (a valid slot is a
-// non-negative int32, so the unsigned division is exact and far cheaper on GPUs than 64-bit).
-DSV4_HD const uint8_t* slot_block_base32(const dsv4_mod_cache& c, int32_t slot, int32_t* out_entry) {
-  const uint32_t bs = static_cast<uint32_t>(c.block_size);
-  const uint32_t block = static_cast<uint32_t>(slot) / bs;
-  *out_entry = static_cast<int32_t>(static_cast<uint32_t>(slot) - block * bs);
+// Division of dividends in [0, 2^31) by a divisor d in [1, 2^31) fixed ahead (a cache's block size):
+// a multiply-high and a shift, with m = ceil(2^(31 + s) / d), s = ceil(log2 d). For n < 2^31 the
+// rounding error n (m - 2^(31+s)/d) / 2^(31+s) stays below 1/d, so the quotient is exact (a GPU's
+// integer division is a dozen dependent instructions; this sits on the producers' address chains).
+struct u31_divisor {
+  uint32_t d;
+  uint32_t mul;    // 0: d == 1
+  uint32_t shift;  // s - 1
+};
+inline u31_divisor make_u31_divisor(uint32_t d) {
+  u31_divisor v{d < 1 ? 1u : d, 0, 0};
+  if (v.d == 1) return v;
+  uint32_t s = 0;
+  while ((uint64_t{1} << s) < v.d) ++s;
+  v.mul = static_cast<uint32_t>(((uint64_t{1} << (31 + s)) + v.d - 1) / v.d);
+  v.shift = s - 1;
+  return v;
+}
+DSV4_HD uint32_t u31_div(uint32_t n, const u31_divisor& v) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t hi = __umulhi(n, v.mul);
+#else
+  const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(n) * v.mul) >> 32);
+#endif
+  return v.mul == 0 ? n : hi >> v.shift;
+}
+
+// slot_block_base for a slot that passed slot_is_valid, with the cache's block size as a
+// u31_divisor (a valid slot is a non-negative int32).
+DSV4_HD const uint8_t* slot_block_base32(const dsv4_mod_cache& c, const u31_divisor& bs, int32_t slot,
+                                         int32_t* out_entry) {
+  const uint32_t block = u31_div(static_cast<uint32_t>(slot), bs);
+  *out_entry = static_cast<int32_t>(static_cast<uint32_t>(slot) - block * bs.d);
   return c.base + static_cast<int64_t>(block) * c.block_stride_bytes;
 }
 

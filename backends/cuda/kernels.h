@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/index.h"
 #include "common/paged_index.h"
 #include "dsv4_backend.h"
 #include "dsv4_backend_export.h"
@@ -59,6 +60,7 @@ struct attention_params {
   dsv4_mod_token_view lse;
   dsv4_mod_token_view max_logits;
   dsv4_mod_cache cache[2];
+  u31_divisor block_div[2];   // the caches' block sizes as divisors (Hopper producers)
   dsv4_mod_index_list list[2];
   const float* attn_sink;
   float* partial_o;           // [T][splits][H][512] fp32, unnormalised (num_splits > 1)

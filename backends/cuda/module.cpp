@@ -397,6 +397,7 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   a.max_logits = run.max_logits;
   a.cache[0] = run.swa_cache;
   a.cache[1] = run.extra_cache;
+  for (int i = 0; i < 2; ++i) a.block_div[i] = make_u31_divisor(static_cast<uint32_t>(std::max(1, a.cache[i].block_size)));
   a.aligned16 = caches_aligned ? 1 : 0;
   const float q_scale = a.q_is_fp8 ? o.q_scale : 1.0f;
   for (int i = 0; i < 2; ++i) {

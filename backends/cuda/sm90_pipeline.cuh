@@ -366,8 +366,9 @@ __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
-// Resolves list entry `idx` (a slot of list li's cache) to its row and scale pointers; nullptr when
-// the candidate is not valid (spec 2.3).
+// Resolves list entry `idx` (a slot of list li's cache, layout L) to its row and scale pointers;
+// nullptr when the candidate is not valid (spec 2.3).
+template <uint32_t L>
 __device__ __forceinline__ void resolve_index(const attention_params& p, int li, int32_t idx, const uint8_t** src,
                                               const uint8_t** sc) {
   *src = nullptr;
@@ -375,8 +376,8 @@ __device__ __forceinline__ void resolve_index(const attention_params& p, int li,
   const dsv4_mod_cache& cache = p.cache[li];
   if (!slot_is_valid(idx, cache)) return;
   int32_t e;
-  const uint8_t* block = slot_block_base32(cache, idx, &e);
-  *src = block + entry_data_offset(cache.layout, e);
+  const uint8_t* block = slot_block_base32(cache, p.block_div[li], idx, &e);
+  *src = block + entry_data_offset(L, e);
   *sc = block + v4_scale_offset(cache.block_size, e);
 }
 
@@ -520,7 +521,7 @@ __device__ __forceinline__ void producer_copy(const attention_params& p, const c
     const uint8_t* src[kTok];
     const uint8_t* sc[kTok];
 #pragma unroll
-    for (int k = 0; k < kTok; ++k) resolve_index(p, li, idx[k], &src[k], &sc[k]);
+    for (int k = 0; k < kTok; ++k) resolve_index<L>(p, li, idx[k], &src[k], &sc[k]);
     load_chunk_indices<kTok>(p, walk, c_next, st.t, rows, idx);
     mbar_wait(st.empty_bar + 8 * b, parity);  // the buffer (and its flags) of two chunks ago is consumed
     const uint32_t kaddr = st.base + Map::k + b * kOperandBytes;
@@ -591,7 +592,7 @@ __device__ __forceinline__ void producer_convert(const attention_params& p, cons
     j.c = c;
     j.src = nullptr;
     j.sc = nullptr;
-    if (c < walk.c_end) resolve_index(p, walk.list_of(c), j.idx_next, &j.src, &j.sc);
+    if (c < walk.c_end) resolve_index<L>(p, walk.list_of(c), j.idx_next, &j.src, &j.sc);
     load_share<L>(j.share, j.src, j.sc, q);
     j.idx_next = entry(advance(c), row);
   };
