@@ -369,35 +369,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   cta_state st;
-  // Swizzled operands need a 1024-byte aligned base.
-  const uint32_t raw_addr = smem_addr(smem_raw);
-  st.smem = smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u);
-  st.base = smem_addr(st.smem);
+  cta_begin(st, smem_raw, p, kRows);
   int32_t* counts = reinterpret_cast<int32_t*>(st.smem + sm90_map::counts);
   st.full_bar = st.base + sm90_map::bars;
   st.empty_bar = st.full_bar + 16;
   st.remote_bar = st.full_bar + 32;
   st.q_bar = st.full_bar + 48;
-
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int tid = threadIdx.x;
-#if defined(DSV4_SM90_TRACE)
-  if (tid == 0) {
-    if (uint32_t* r = trace::record()) {
-      uint32_t sm;
-      asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
-      r[trace::kSm] = sm;
-      r[trace::kGlobalStart] = trace::global_ns();
-    }
-    trace::header(trace::kStart);
-  }
-#endif
-  const int64_t cta = blockIdx.x;
-  const int group = static_cast<int>(cta % p.head_groups);
-  st.split = static_cast<int>((cta / p.head_groups) % p.num_splits);
-  st.t = cta / (static_cast<int64_t>(p.head_groups) * p.num_splits);
-  st.head0 = group * kRows;
-  st.c_begin = st.split * p.chunks_per_split;
   const uint32_t rank = CLUSTER > 1 ? cluster_rank() : 0u;
   st.peer = rank ^ 1u;
   const int64_t t = st.t;

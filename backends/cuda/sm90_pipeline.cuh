@@ -485,6 +485,34 @@ __device__ __forceinline__ void load_q_unit(const attention_params& p, uint8_t* 
   }
 }
 
+// Start of a Hopper CTA: its shared-memory base (1024-byte aligned, as the 128B swizzle needs), the
+// dependent combine launch released early, and its work item: CTA index -> (token, key split, head
+// group of `heads_per_cta` heads), group fastest (the launch order of both kernels).
+__device__ __forceinline__ void cta_begin(cta_state& st, uint8_t* smem_raw, const attention_params& p,
+                                          int heads_per_cta) {
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  st.smem = smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u);
+  st.base = smem_addr(st.smem);
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#if defined(DSV4_SM90_TRACE)
+  if (threadIdx.x == 0) {
+    if (uint32_t* r = trace::record()) {
+      uint32_t sm;
+      asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+      r[trace::kSm] = sm;
+      r[trace::kGlobalStart] = trace::global_ns();
+    }
+    trace::header(trace::kStart);
+  }
+#endif
+  const int64_t cta = blockIdx.x;
+  const int group = static_cast<int>(cta % p.head_groups);
+  st.split = static_cast<int>((cta / p.head_groups) % p.num_splits);
+  st.t = cta / (static_cast<int64_t>(p.head_groups) * p.num_splits);
+  st.head0 = group * heads_per_cta;
+  st.c_begin = st.split * p.chunks_per_split;
+}
+
 // Full-barrier arrivals per chunk: every producer thread of the CTA; a bf16 producer thread arrives
 // twice (its stores of the valid flags, and its cp.async copies landing). In a CTA pair the peer's
 // half of the chunk arrives on the remote barrier instead: kPeerBytes of asynchronous stores (32
