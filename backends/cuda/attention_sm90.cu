@@ -580,36 +580,17 @@ cudaError_t attention_sm90_configure() {
 #if defined(DSV4_SM90_TRACE)
   if (const cudaError_t terr = trace::attach(); terr != cudaSuccess) return terr;
 #endif
-  const int bytes = static_cast<int>(kSmemBytes);
-  cudaError_t err = configure_layout<DSV4_KV_LAYOUT_FP8_V4_584B>(bytes);
-  if (err == cudaSuccess) err = configure_layout<DSV4_KV_LAYOUT_BF16>(bytes);
-  if (err == cudaSuccess) err = configure_layout<DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>(bytes);
-  return err;
+  return for_each_sm90_layout([](auto l) { return configure_layout<decltype(l)::value>(static_cast<int>(kSmemBytes)); });
 }
 
 cudaError_t attention_sm90_launch(const attention_params& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return cudaSuccess;
   if (p.head_groups < 1 || p.head_groups > 2) return cudaErrorInvalidValue;
-  const int64_t ctas = static_cast<int64_t>(p.num_tokens) * p.head_groups * p.num_splits;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(ctas));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmemBytes;
-  cfg.stream = stream;
-#if defined(DSV4_SM90_TRACE)
-  trace::launch(ctas);
-#endif
+  cudaLaunchConfig_t cfg = cta_grid_config(p, kThreads, kSmemBytes, stream);
   CUtensorMap q_map{};
   const int q_tma = encode_q_map(p, &q_map) ? 1 : 0;
-  cudaError_t err;
-  switch (p.cache[0].layout) {
-    case DSV4_KV_LAYOUT_FP8_V4_584B: err = launch_layout<DSV4_KV_LAYOUT_FP8_V4_584B>(p, q_map, q_tma, &cfg); break;
-    case DSV4_KV_LAYOUT_BF16: err = launch_layout<DSV4_KV_LAYOUT_BF16>(p, q_map, q_tma, &cfg); break;
-    case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR:
-      err = launch_layout<DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>(p, q_map, q_tma, &cfg);
-      break;
-    default: return cudaErrorInvalidValue;
-  }
+  const cudaError_t err = with_sm90_layout(
+      p.cache[0].layout, [&](auto l) { return launch_layout<decltype(l)::value>(p, q_map, q_tma, &cfg); });
   if (err != cudaSuccess || p.num_splits == 1) return err;
   return combine_launch(p, stream);
 }

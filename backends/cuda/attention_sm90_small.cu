@@ -394,38 +394,20 @@ cudaError_t attention_sm90_small_configure() {
 #if defined(DSV4_SM90_TRACE)
   if (const cudaError_t terr = trace::attach(); terr != cudaSuccess) return terr;
 #endif
-  const int bytes = static_cast<int>(kSmallSmemBytes);
-  cudaError_t err = cudaSuccess;
-  for (int mt = 1; mt <= 2 && err == cudaSuccess; ++mt) {
-    err = mt == 1 ? configure_small<DSV4_KV_LAYOUT_FP8_V4_584B, 1>(bytes) : configure_small<DSV4_KV_LAYOUT_FP8_V4_584B, 2>(bytes);
-    if (err == cudaSuccess) err = mt == 1 ? configure_small<DSV4_KV_LAYOUT_BF16, 1>(bytes) : configure_small<DSV4_KV_LAYOUT_BF16, 2>(bytes);
-    if (err == cudaSuccess) {
-      err = mt == 1 ? configure_small<DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, 1>(bytes)
-                    : configure_small<DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, 2>(bytes);
-    }
-  }
-  return err;
+  return for_each_sm90_layout([](auto l) {
+    constexpr uint32_t L = decltype(l)::value;
+    const int bytes = static_cast<int>(kSmallSmemBytes);
+    const cudaError_t err = configure_small<L, 1>(bytes);
+    return err != cudaSuccess ? err : configure_small<L, 2>(bytes);
+  });
 }
 
 cudaError_t attention_sm90_small_launch(const attention_params& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return cudaSuccess;
   if (p.head_tiles < 1 || p.head_tiles > 2) return cudaErrorInvalidValue;
-  const int64_t ctas = static_cast<int64_t>(p.num_tokens) * p.head_groups * p.num_splits;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(ctas));
-  cfg.blockDim = dim3(kSmallThreads);
-  cfg.dynamicSmemBytes = kSmallSmemBytes;
-  cfg.stream = stream;
-#if defined(DSV4_SM90_TRACE)
-  trace::launch(ctas);
-#endif
-  cudaError_t err;
-  switch (p.cache[0].layout) {
-    case DSV4_KV_LAYOUT_FP8_V4_584B: err = launch_small<DSV4_KV_LAYOUT_FP8_V4_584B>(p, cfg); break;
-    case DSV4_KV_LAYOUT_BF16: err = launch_small<DSV4_KV_LAYOUT_BF16>(p, cfg); break;
-    case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR: err = launch_small<DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>(p, cfg); break;
-    default: return cudaErrorInvalidValue;
-  }
+  const cudaLaunchConfig_t cfg = cta_grid_config(p, kSmallThreads, kSmallSmemBytes, stream);
+  const cudaError_t err =
+      with_sm90_layout(p.cache[0].layout, [&](auto l) { return launch_small<decltype(l)::value>(p, cfg); });
   if (err != cudaSuccess || p.num_splits == 1) return err;
   return combine_launch(p, stream);
 }

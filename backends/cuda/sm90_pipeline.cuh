@@ -682,6 +682,42 @@ __device__ __forceinline__ void producer_convert(const attention_params& p, cons
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
+// Host: the launch of one CTA per (token, key split, head group), the order cta_begin decodes.
+inline cudaLaunchConfig_t cta_grid_config(const attention_params& p, int threads, size_t smem_bytes,
+                                          cudaStream_t stream) {
+  const int64_t ctas = static_cast<int64_t>(p.num_tokens) * p.head_groups * p.num_splits;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(ctas));
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.stream = stream;
+#if defined(DSV4_SM90_TRACE)
+  trace::launch(ctas);
+#endif
+  return cfg;
+}
+
+// Host: calls f(std::integral_constant<uint32_t, L>{}) for each layout the Hopper kernels serve (one
+// kernel per layout), until one fails.
+template <class F>
+cudaError_t for_each_sm90_layout(F&& f) {
+  cudaError_t err = f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_V4_584B>{});
+  if (err == cudaSuccess) err = f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_BF16>{});
+  if (err == cudaSuccess) err = f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>{});
+  return err;
+}
+// The same for the one layout `layout` (cudaErrorInvalidValue for a layout they do not serve).
+template <class F>
+cudaError_t with_sm90_layout(uint32_t layout, F&& f) {
+  switch (layout) {
+    case DSV4_KV_LAYOUT_FP8_V4_584B: return f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_V4_584B>{});
+    case DSV4_KV_LAYOUT_BF16: return f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_BF16>{});
+    case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR:
+      return f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 }  // namespace
 }  // namespace cuda
 }  // namespace dsv4
