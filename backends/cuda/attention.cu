@@ -669,44 +669,53 @@ __global__ void __launch_bounds__(128) combine_kernel(const attention_params p) 
   const int S = p.num_splits;
   const float* ml = p.partial_ml + (t * S * p.num_heads + h) * 2;
   const int64_t ml_step = static_cast<int64_t>(p.num_heads) * 2;
+  // Partial O: eight splits' loads in flight at a time, the first eight issued before the weights
+  // are known. The partials come from L2; one round trip per split made this kernel take 6-8 us at
+  // b = 2 (H200). (A slot whose weight turns out unused is read all the same: it lies inside the
+  // partials of this run's splits, and its values are never used.)
+  const int d = threadIdx.x * 4;
+  const float* po = p.partial_o + (t * S * p.num_heads + h) * kHeadDim + d;
+  const int64_t o_step = static_cast<int64_t>(p.num_heads) * kHeadDim;
+  constexpr int kBatch = 8;
+  float4 v[kBatch];
+  auto load_batch = [&](int s0) {
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      if (s0 + k < S) v[k] = *reinterpret_cast<const float4*>(po + (s0 + k) * o_step);
+    }
+  };
+  load_batch(0);
   float m = -INFINITY;
   for (int s = threadIdx.x; s < S; s += 128) m = fmaxf(m, ml[s * ml_step]);
   m = cta128_reduce<true>(m, red);
   const float m_use = m == -INFINITY ? 0.0f : m;
   float l = 0.0f;
   for (int s = threadIdx.x; s < S; s += 128) {
-    const float ms = ml[s * ml_step];
-    const float w = ms == -INFINITY ? 0.0f : exp2f(ms - m_use);
-    if (s < kCombineWeights) weight[s] = ms == -INFINITY ? -1.0f : w;  // -1: the split saw no valid key
-    l += ml[s * ml_step + 1] * w;
+    const float w = split_weight(ml[s * ml_step], m_use);
+    if (s < kCombineWeights) weight[s] = w;
+    l += ml[s * ml_step + 1] * (w < 0.0f ? 0.0f : w);
   }
   l = cta128_reduce<false>(l, red);  // its barriers also publish the weights
   const float factor = row_output_factor(p, h, m, l);
-  const int d = threadIdx.x * 4;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (l != 0.0f) {
-    const float* po = p.partial_o + (t * S * p.num_heads + h) * kHeadDim + d;
-    const int64_t o_step = static_cast<int64_t>(p.num_heads) * kHeadDim;
-#pragma unroll 8
-    for (int s = 0; s < S; ++s) {
-      const float ms = s < kCombineWeights ? 0.0f : ml[s * ml_step];
-      const float w = s < kCombineWeights ? weight[s] : (ms == -INFINITY ? -1.0f : exp2f(ms - m_use));
-      if (w < 0.0f) continue;  // the split saw no valid key: its partial O is zero
-      const float4 v = *reinterpret_cast<const float4*>(po + s * o_step);
-      acc[0] += v.x * w;
-      acc[1] += v.y * w;
-      acc[2] += v.z * w;
-      acc[3] += v.w * w;
+    for (int s0 = 0; s0 < S; s0 += kBatch) {
+      if (s0 > 0) load_batch(s0);
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int s = s0 + k;
+        if (s >= S) break;
+        const float w = s < kCombineWeights ? weight[s] : split_weight(ml[s * ml_step], m_use);
+        if (w < 0.0f) continue;  // the split saw no valid key: its partial O is zero
+        acc[0] += v[k].x * w;
+        acc[1] += v[k].y * w;
+        acc[2] += v[k].z * w;
+        acc[3] += v[k].w * w;
+      }
     }
   }
-  uint16_t* out = static_cast<uint16_t*>(p.out.data) + token_offset(p.out, t, p.seq_q, h) + d;
-  const uint2 packed = make_uint2(pack_bf16(acc[0] * factor, acc[1] * factor), pack_bf16(acc[2] * factor, acc[3] * factor));
-  if (p.out_aligned16) {
-    *reinterpret_cast<uint2*>(out) = packed;
-  } else {
-    const uint16_t* e = reinterpret_cast<const uint16_t*>(&packed);
-    for (int i = 0; i < 4; ++i) out[i] = e[i];
-  }
+  store_out4(p, t, h, d,
+             make_uint2(pack_bf16(acc[0] * factor, acc[1] * factor), pack_bf16(acc[2] * factor, acc[3] * factor)));
   if (threadIdx.x == 0) write_row_stats(p, t, h, m, l);
 }
 

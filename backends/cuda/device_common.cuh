@@ -175,6 +175,13 @@ __device__ __forceinline__ float row_output_factor(const attention_params& p, in
   return row_output_factor_sink(head_sink(p, h), m, l);
 }
 
+// The weight of a key split's partial (O, sum) in the merge of a row's splits: 2^(ms - m_use), with
+// ms the split's running max and m_use the merged max (0 when it is -inf); -1 marks a split that saw
+// no valid key (its O is zero: merges skip it and count its sum as 0).
+__device__ __forceinline__ float split_weight(float ms, float m_use) {
+  return ms == -INFINITY ? -1.0f : exp2f(ms - m_use);
+}
+
 // lse and max_logits of (t, h) when requested (empty row: +inf / -inf).
 __device__ __forceinline__ void write_row_stats(const attention_params& p, int64_t t, int h, float m, float l) {
   const bool empty = l == 0.0f;
@@ -195,6 +202,20 @@ __device__ __forceinline__ void store_out8_at(const attention_params& p, int64_t
     const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
     for (int i = 0; i < 8; ++i) out[i] = e[i];
   }
+}
+// 4 finished bf16 outputs at element offset `off` of out: one 8-byte store when out rows allow it.
+__device__ __forceinline__ void store_out4_at(const attention_params& p, int64_t off, uint2 v) {
+  uint16_t* out = static_cast<uint16_t*>(p.out.data) + off;
+  if (p.out_aligned16) {
+    *reinterpret_cast<uint2*>(out) = v;
+  } else {
+    const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
+    for (int i = 0; i < 4; ++i) out[i] = e[i];
+  }
+}
+// The same for dims [d, d + 4) of (t, h).
+__device__ __forceinline__ void store_out4(const attention_params& p, int64_t t, int h, int d, uint2 v) {
+  store_out4_at(p, token_offset(p.out, t, p.seq_q, h) + d, v);
 }
 // The same for dims [d, d + 8) of (t, h).
 __device__ __forceinline__ void store_out8(const attention_params& p, int64_t t, int h, int d, uint4 v) {
