@@ -89,6 +89,7 @@ struct tiling {
   int ctas_per_sm = 1;          // attention CTAs resident per SM
   size_t smem_bytes = 0;
   double chunk_cost = 1.0;      // time of one chunk relative to a 64-head tile (measured on an H200)
+  double cta_cost = 1.5;        // a CTA's fixed time (Q load, first gather, epilogue), in the same unit
   bool sm90 = false;            // the Hopper wgmma kernel (attention_sm90.cu)
   bool sm90_small = false;      // the Hopper kernel for 1..32 heads (attention_sm90_small.cu)
 };
@@ -108,6 +109,10 @@ struct plan {
   // tiling of a Hopper kernel (wgmma for > 32 heads, the small-head kernel otherwise); runs use it
   // when their caches are 16-byte aligned.
   tiling sm90{};
+  // Hopper plans of 33..128 heads also hold the small-head kernel's 16-head tiles: for runs of few
+  // tokens, four times the CTAs of the wgmma kernel, each with a quarter of its partials to write.
+  tiling sm90_narrow{};
+  int force_sm90_narrow = 0;    // DSV4_CUDA_KERNEL: 1 = "small" (always those tiles), -1 = "wgmma" (never)
   int width[2] = {0, 0};        // list widths (explicit: topk / extra_topk; paged: W / cmp width)
   int chunks[2] = {0, 0};
   size_t stage_bytes = 0;
@@ -148,7 +153,7 @@ split_plan choose_splits(const plan& p, const tiling& tl, int64_t tokens) {
     if (splits > 1 && base * splits > 4 * sms) continue;    // bounds the partials' workspace
     if (p.max_splits > 0 && splits > p.max_splits) continue;
     const int64_t waves = (base * splits + sms - 1) / sms;
-    const double cost = static_cast<double>(waves) * (per + 1.5) * tl.chunk_cost + (splits > 1 ? 1.0 : 0.0);
+    const double cost = static_cast<double>(waves) * (per + tl.cta_cost) * tl.chunk_cost + (splits > 1 ? 1.0 : 0.0);
     if (cost < best_cost) {
       best_cost = cost;
       best = {splits, per, cost};
@@ -170,12 +175,18 @@ tiling wide_tiling(const plan& p) {
 // splits; `sm90_ok`: the run may use the Hopper kernel.
 tiling choose_tiling(const plan& p, int64_t tokens, bool sm90_ok, split_plan* splits) {
   const tiling wide = sm90_ok && p.sm90.head_tiles != 0 ? p.sm90 : wide_tiling(p);
+  const tiling* pick = &wide;
   *splits = choose_splits(p, wide, tokens);
-  if (p.narrow.head_tiles == 0) return wide;
-  const split_plan ns = choose_splits(p, p.narrow, tokens);
-  if (ns.cost >= splits->cost) return wide;
-  *splits = ns;
-  return p.narrow;
+  const tiling* others[2] = {&p.narrow, sm90_ok && p.force_sm90_narrow >= 0 ? &p.sm90_narrow : nullptr};
+  for (int i = 0; i < 2; ++i) {
+    if (others[i] == nullptr || others[i]->head_tiles == 0) continue;
+    const split_plan s = choose_splits(p, *others[i], tokens);
+    if (s.cost < splits->cost || (i == 1 && p.force_sm90_narrow > 0)) {
+      *splits = s;
+      pick = others[i];
+    }
+  }
+  return *pick;
 }
 
 size_t partial_bytes_o(size_t rows, int heads) { return align_up(rows * heads * kHeadDim * sizeof(float)); }
@@ -291,11 +302,14 @@ dsv4_status size_plan(plan* p) {
   }
   // Hopper: the wgmma kernel (64-head CTAs, pairs for > 64 heads) for 33..128 heads: faster than the
   // mma.sync kernel on an H200 for every layout it serves (CONFIG1 b=64 69.5 vs 88.3 us, CONFIG3
-  // 104 vs 145 us, bf16 CONFIG1 49.5 vs 81.1 us). DSV4_CUDA_KERNEL=mma never uses it (A/B runs);
-  // =wgmma is the default choice, kept for scripts that name it.
+  // 104 vs 145 us, bf16 CONFIG1 49.5 vs 81.1 us). DSV4_CUDA_KERNEL (A/B runs, tests): =mma never
+  // uses a Hopper kernel; =wgmma keeps runs of > 32 heads off the small-head kernel's 16-head tiles
+  // (sm90_narrow), =small puts them there.
   const char* kenv = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_KERNEL") : nullptr;
   const char* senv = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_MAX_SPLITS") : nullptr;
   if (senv != nullptr) p->max_splits = std::max(0, std::atoi(senv));
+  if (kenv != nullptr && std::strcmp(kenv, "small") == 0) p->force_sm90_narrow = 1;
+  if (kenv != nullptr && std::strcmp(kenv, "wgmma") == 0) p->force_sm90_narrow = -1;
   // DSV4_CUDA_CHUNK=32 asks for the small-shared-memory mma.sync variant: no Hopper kernel either.
   const bool never_sm90 = (kenv != nullptr && std::strcmp(kenv, "mma") == 0) || force_small;
   const bool hopper = !never_sm90 && p->ctx->cc_major == 9 && o.head_dim_qk == kHeadDim &&
@@ -326,6 +340,22 @@ dsv4_status size_plan(plan* p) {
     // bf16 49.5 vs 81.1 us; pairs count as two CTAs, as the mma.sync kernel's two head groups do).
     h.chunk_cost = o.swa_cache.layout == DSV4_KV_LAYOUT_BF16 ? 0.6 : 0.78;
     h.sm90 = true;
+    if (attention_sm90_small_smem_bytes() <= p->ctx->smem_optin && attention_sm90_small_compiled()) {
+      const cudaError_t nerr = attention_sm90_small_configure();
+      if (nerr != cudaSuccess) return cuda_fail(nerr, "plan: cudaFuncSetAttribute (sm90 small)");
+      // Costs fitted to b = 2 on an H200 (against the wgmma kernel): CONFIG1 20.0 -> 17.0 us,
+      // CONFIG3 22.7 -> 21.2, bf16 CONFIG1 18.0 -> 15.0; slower for 128 heads (CONFIG2 25.5 ->
+      // 26.4, CONFIG4 24.6 -> 26.9), where eight groups leave too few splits; 32-head tiles were
+      // slower still. Small fixed cost: a CTA writes 16 rows of partials, not 64.
+      tiling& n = p->sm90_narrow;
+      n.head_tiles = 1;
+      n.head_groups = (o.num_heads + kMmaRows - 1) / kMmaRows;
+      n.smem_bytes = attention_sm90_small_smem_bytes();
+      n.ctas_per_sm = 1;
+      n.chunk_cost = 0.52;
+      n.cta_cost = 0.5;
+      n.sm90_small = true;
+    }
   }
   // Partials: the largest tokens x splits over every T <= max_tokens that uses more than one split
   // (any tiling; the partials' layout does not depend on it).

@@ -48,6 +48,20 @@ struct explicit_case {
   const char* kernel = nullptr;  // DSV4_CUDA_KERNEL: "mma" keeps Hopper on the mma.sync kernel
   bool special_rows = false;     // host_cache::add_special_rows (extreme scales, NaN bytes)
   int q_pad = 0;                 // elements after each (token, head) q row: a strided q view
+  int max_splits = 0;            // DSV4_CUDA_MAX_SPLITS (0: the planner's choice)
+  bool graph = false;            // also check graph capture and replay
+};
+
+// Environment variables the module reads at plan creation, set for one plan.
+struct scoped_env {
+  std::vector<std::string> names;
+  void set(const char* name, const std::string& value) {
+    setenv(name, value.c_str(), 1);
+    names.push_back(name);
+  }
+  ~scoped_env() {
+    for (const std::string& n : names) unsetenv(n.c_str());
+  }
 };
 
 struct context_holder {
@@ -431,18 +445,14 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
   explicit_problem P;
   P.c = c;
   build_explicit(P, rng);
-  if (c.small_chunk) setenv("DSV4_CUDA_CHUNK", "32", 1);
-  if (c.kernel != nullptr) setenv("DSV4_CUDA_KERNEL", c.kernel, 1);
   std::unique_ptr<plan_holder> plan_ptr;
-  try {
+  {
+    scoped_env env;
+    if (c.small_chunk) env.set("DSV4_CUDA_CHUNK", "32");
+    if (c.kernel != nullptr) env.set("DSV4_CUDA_KERNEL", c.kernel);
+    if (c.max_splits > 0) env.set("DSV4_CUDA_MAX_SPLITS", std::to_string(c.max_splits));
     plan_ptr = std::make_unique<plan_holder>(m.iface, ctx, P.options);
-  } catch (...) {
-    unsetenv("DSV4_CUDA_CHUNK");
-    if (c.kernel != nullptr) unsetenv("DSV4_CUDA_KERNEL");
-    throw;
   }
-  unsetenv("DSV4_CUDA_CHUNK");
-  if (c.kernel != nullptr) unsetenv("DSV4_CUDA_KERNEL");
   plan_holder& plan = *plan_ptr;
   // The workspace pointer is deliberately not 16-byte aligned (the ABI promises no alignment).
   P.d_ws = dbuf(plan.workspace + 16);
@@ -896,6 +906,72 @@ std::vector<explicit_case> explicit_cases() {
     c.q_pad = 4;
     add(c);
   }
+  // Key splits of the wgmma kernel and their combine: 15 chunks per token split 2, 3, 5, 8 or 15
+  // ways; partial head groups, CTA pairs, every layout, NaN rows and extreme scales, per-batch
+  // lengths, unaligned q, and graph replay.
+  {
+    explicit_case c;
+    c.batch = 1;
+    c.topk = 448;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 512;
+    c.extra_block = 2;
+    c.extra_slots = 2048;
+    auto split_case = [&](const char* name, int splits, int heads, auto&& tweak) {
+      explicit_case d = c;
+      d.name = name;
+      d.max_splits = splits;
+      d.heads = heads;
+      tweak(d);
+      add(d);
+    };
+    split_case("sm90-splits3-v4-h40", 3, 40, [](explicit_case&) {});
+    split_case("sm90-splits15-v4-h96", 15, 96, [](explicit_case& d) { d.special_rows = true; });
+    split_case("sm90-splits5-bf16-h128", 5, 128, [](explicit_case& d) {
+      d.layout = d.extra_layout = DSV4_KV_LAYOUT_BF16;
+      d.graph = true;
+    });
+    split_case("sm90-splits8-v4-h64-b3", 8, 64, [](explicit_case& d) {
+      d.batch = 3;
+      d.stride_pad = 1168;  // out rows stay aligned; caches with spare rows per block
+      d.lengths_per_batch = true;
+    });
+    split_case("sm90-splits2-per-tensor-h72", 2, 72, [](explicit_case& d) {
+      d.layout = d.extra_layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+      d.q_fp8 = true;
+      d.kv_scale = 0.0125f;
+      d.special_rows = true;
+    });
+    split_case("sm90-splits5-v4-h64-qodd", 5, 64, [](explicit_case& d) { d.q_pad = 4; });
+  }
+  // The small-head kernel's 16-head tiles for > 32 heads (what the planner picks for runs of few
+  // tokens): several head groups per token, a partial last group, splits, every layout.
+  {
+    explicit_case c;
+    c.name = "sm90s-wide-v4-h64";
+    c.kernel = "small";
+    c.special_rows = true;
+    c.batch = 1;
+    c.topk = 448;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 512;
+    c.extra_block = 2;
+    c.extra_slots = 2048;
+    add(c);
+    c.name = "sm90s-wide-bf16-h120-sq1";
+    c.layout = c.extra_layout = DSV4_KV_LAYOUT_BF16;
+    c.special_rows = false;
+    c.heads = 120;
+    c.seq_q = 1;
+    c.batch = 3;
+    add(c);
+    c.name = "sm90s-wide-per-tensor-fp8-q-h40";
+    c.layout = c.extra_layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+    c.heads = 40;
+    c.q_fp8 = true;
+    c.kv_scale = 0.0125f;
+    add(c);
+  }
   // Shapes aimed at the Hopper small-head kernel (1..32 heads: 16- and 32-head tiles, partial
   // tiles, every layout it serves, splits, fix-up of inexact groups, fp8 and unaligned q), and the
   // mma.sync kernel it replaces there.
@@ -1034,6 +1110,11 @@ std::vector<explicit_case> explicit_cases() {
     c.lse_bhs = true;
     add(c);
   }
+  // The cases named for the wgmma kernel stay on it (the planner may pick the small-head kernel's
+  // tiles for their few tokens).
+  for (explicit_case& c : v) {
+    if (c.kernel == nullptr && c.name.rfind("sm90-", 0) == 0) c.kernel = "wgmma";
+  }
   return v;
 }
 
@@ -1094,7 +1175,7 @@ int main(int argc, char** argv) {
     bool graph_done = false;
     for (const auto& c : explicit_cases()) {
       if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
-      const bool graph = !graph_done && !c.q_fp8;
+      const bool graph = (!graph_done && !c.q_fp8) || c.graph;
       graph_done = true;
       const bool ok = run_explicit_case(m, ctx.ctx, c, graph);
       std::printf("%s %s%s\n", ok ? "ok  " : "FAIL", c.name.c_str(), graph ? " (+graph replay)" : "");
