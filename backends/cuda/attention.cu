@@ -613,7 +613,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       const int d = (u % kUnits) * 8;
       const int h = head0 + r;
       if (h >= p.num_heads) continue;
-      store_out8(p, t, h, d, *reinterpret_cast<const uint4*>(o_s + r * OS + d));
+      store_out(p, t, h, d, *reinterpret_cast<const uint4*>(o_s + r * OS + d));
     }
     if (tid < HT && head0 + tid < p.num_heads) write_row_stats(p, t, head0 + tid, m_s[tid], l_s[tid]);
   } else {
@@ -714,8 +714,8 @@ __global__ void __launch_bounds__(128) combine_kernel(const attention_params p) 
       }
     }
   }
-  store_out4(p, t, h, d,
-             make_uint2(pack_bf16(acc[0] * factor, acc[1] * factor), pack_bf16(acc[2] * factor, acc[3] * factor)));
+  store_out(p, t, h, d,
+            make_uint2(pack_bf16(acc[0] * factor, acc[1] * factor), pack_bf16(acc[2] * factor, acc[3] * factor)));
   if (threadIdx.x == 0) write_row_stats(p, t, h, m, l);
 }
 

@@ -106,7 +106,7 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
     const int64_t out0 = token_offset(p.out, t, p.seq_q, st.head0) + dim0 + 8 * unit;
 #pragma unroll 4
     for (int r = wtid / 32; r < rows; r += 4) {
-      store_out8_at(p, out0 + r * p.out.stride_h, *reinterpret_cast<const uint4*>(stage + stage_offset(r, unit)));
+      store_out_at(p, out0 + r * p.out.stride_h, *reinterpret_cast<const uint4*>(stage + stage_offset(r, unit)));
     }
     if (tid < rows) write_row_stats(p, t, st.head0 + tid, m_fin[tid], l_fin[tid]);
   } else {

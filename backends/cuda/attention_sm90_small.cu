@@ -266,7 +266,7 @@ __device__ __forceinline__ void small_consumer(const attention_params& p, const 
     for (int u = tid; u < rows * (kHeadDim / 8); u += 128) {
       const int r = u / (kHeadDim / 8);
       const int d = 8 * (u % (kHeadDim / 8));
-      store_out8_at(p, out0 + r * p.out.stride_h + d, *reinterpret_cast<const uint4*>(stage + r * kQStride + 2 * d));
+      store_out_at(p, out0 + r * p.out.stride_h + d, *reinterpret_cast<const uint4*>(stage + r * kQStride + 2 * d));
     }
     if (tid == 0) trace::header(trace::kEpiStaged);
   } else {

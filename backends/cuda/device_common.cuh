@@ -193,33 +193,22 @@ __device__ __forceinline__ void write_row_stats(const attention_params& p, int64
   }
 }
 
-// 8 finished bf16 outputs at element offset `off` of out: one 16-byte store when out rows allow it.
-__device__ __forceinline__ void store_out8_at(const attention_params& p, int64_t off, uint4 v) {
+// Finished bf16 outputs (8 in a uint4, 4 in a uint2) at element offset `off` of out: one store when
+// out rows are 16-byte aligned, else element by element.
+template <class V>
+__device__ __forceinline__ void store_out_at(const attention_params& p, int64_t off, V v) {
   uint16_t* out = static_cast<uint16_t*>(p.out.data) + off;
   if (p.out_aligned16) {
-    *reinterpret_cast<uint4*>(out) = v;
+    *reinterpret_cast<V*>(out) = v;
   } else {
     const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
-    for (int i = 0; i < 8; ++i) out[i] = e[i];
+    for (int i = 0; i < static_cast<int>(sizeof(V) / 2); ++i) out[i] = e[i];
   }
 }
-// 4 finished bf16 outputs at element offset `off` of out: one 8-byte store when out rows allow it.
-__device__ __forceinline__ void store_out4_at(const attention_params& p, int64_t off, uint2 v) {
-  uint16_t* out = static_cast<uint16_t*>(p.out.data) + off;
-  if (p.out_aligned16) {
-    *reinterpret_cast<uint2*>(out) = v;
-  } else {
-    const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
-    for (int i = 0; i < 4; ++i) out[i] = e[i];
-  }
-}
-// The same for dims [d, d + 4) of (t, h).
-__device__ __forceinline__ void store_out4(const attention_params& p, int64_t t, int h, int d, uint2 v) {
-  store_out4_at(p, token_offset(p.out, t, p.seq_q, h) + d, v);
-}
-// The same for dims [d, d + 8) of (t, h).
-__device__ __forceinline__ void store_out8(const attention_params& p, int64_t t, int h, int d, uint4 v) {
-  store_out8_at(p, token_offset(p.out, t, p.seq_q, h) + d, v);
+// The same for dims [d, d + 8) or [d, d + 4) of (t, h).
+template <class V>
+__device__ __forceinline__ void store_out(const attention_params& p, int64_t t, int h, int d, V v) {
+  store_out_at(p, token_offset(p.out, t, p.seq_q, h) + d, v);
 }
 
 }  // namespace cuda
