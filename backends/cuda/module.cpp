@@ -314,19 +314,26 @@ dsv4_status size_plan(plan* p) {
   const bool never_sm90 = (kenv != nullptr && std::strcmp(kenv, "mma") == 0) || force_small;
   const bool hopper = !never_sm90 && p->ctx->cc_major == 9 && o.head_dim_qk == kHeadDim &&
                       attention_sm90_layouts(o.swa_cache.layout, o.extra_cache.layout);
-  if (hopper && o.num_heads <= 2 * kMmaRows && attention_sm90_small_smem_bytes() <= p->ctx->smem_optin &&
-      attention_sm90_small_compiled()) {
+  // The small-head kernel's tiling of `tile_rows` (16 or 32) heads per CTA, when the device runs it.
+  const bool small_ok = hopper && attention_sm90_small_smem_bytes() <= p->ctx->smem_optin &&
+                        attention_sm90_small_compiled();
+  auto small_tiling = [&](tiling* t, int tile_rows, double chunk_cost, double cta_cost) {
+    const cudaError_t cerr = attention_sm90_small_configure();
+    if (cerr != cudaSuccess) return cuda_fail(cerr, "plan: cudaFuncSetAttribute (sm90 small)");
+    t->head_tiles = tile_rows / kMmaRows;
+    t->head_groups = (o.num_heads + tile_rows - 1) / tile_rows;
+    t->smem_bytes = attention_sm90_small_smem_bytes();
+    t->ctas_per_sm = 1;
+    t->chunk_cost = chunk_cost;
+    t->cta_cost = cta_cost;
+    t->sm90_small = true;
+    return DSV4_STATUS_OK;
+  };
+  if (small_ok && o.num_heads <= 2 * kMmaRows) {
     // 1..32 heads: 16- or 32-head tiles fed by two producer warpgroups (H200, CONFIG1 shapes at b=64
     // against the mma.sync kernel: see docs/performance.md).
-    const cudaError_t serr = attention_sm90_small_configure();
-    if (serr != cudaSuccess) return cuda_fail(serr, "plan: cudaFuncSetAttribute (sm90 small)");
-    tiling& h = p->sm90;
-    h.head_tiles = o.num_heads <= kMmaRows ? 1 : 2;
-    h.head_groups = 1;
-    h.smem_bytes = attention_sm90_small_smem_bytes();
-    h.ctas_per_sm = 1;
-    h.chunk_cost = 0.45;
-    h.sm90_small = true;
+    const dsv4_status sst = small_tiling(&p->sm90, o.num_heads <= kMmaRows ? kMmaRows : 2 * kMmaRows, 0.45, 1.5);
+    if (sst != DSV4_STATUS_OK) return sst;
   } else if (hopper && o.num_heads > 2 * kMmaRows && attention_sm90_smem_bytes() <= p->ctx->smem_optin &&
              attention_sm90_compiled()) {
     const cudaError_t serr = attention_sm90_configure();
@@ -340,21 +347,13 @@ dsv4_status size_plan(plan* p) {
     // bf16 49.5 vs 81.1 us; pairs count as two CTAs, as the mma.sync kernel's two head groups do).
     h.chunk_cost = o.swa_cache.layout == DSV4_KV_LAYOUT_BF16 ? 0.6 : 0.78;
     h.sm90 = true;
-    if (attention_sm90_small_smem_bytes() <= p->ctx->smem_optin && attention_sm90_small_compiled()) {
-      const cudaError_t nerr = attention_sm90_small_configure();
-      if (nerr != cudaSuccess) return cuda_fail(nerr, "plan: cudaFuncSetAttribute (sm90 small)");
+    if (small_ok) {
       // Costs fitted to b = 2 on an H200 (against the wgmma kernel): CONFIG1 20.0 -> 17.0 us,
       // CONFIG3 22.7 -> 21.2, bf16 CONFIG1 18.0 -> 15.0; slower for 128 heads (CONFIG2 25.5 ->
       // 26.4, CONFIG4 24.6 -> 26.9), where eight groups leave too few splits; 32-head tiles were
       // slower still. Small fixed cost: a CTA writes 16 rows of partials, not 64.
-      tiling& n = p->sm90_narrow;
-      n.head_tiles = 1;
-      n.head_groups = (o.num_heads + kMmaRows - 1) / kMmaRows;
-      n.smem_bytes = attention_sm90_small_smem_bytes();
-      n.ctas_per_sm = 1;
-      n.chunk_cost = 0.52;
-      n.cta_cost = 0.5;
-      n.sm90_small = true;
+      const dsv4_status nst = small_tiling(&p->sm90_narrow, kMmaRows, 0.52, 0.5);
+      if (nst != DSV4_STATUS_OK) return nst;
     }
   }
   // Partials: the largest tokens x splits over every T <= max_tokens that uses more than one split
