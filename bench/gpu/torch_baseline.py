@@ -1,7 +1,8 @@
 """Plain PyTorch DSV4 sparse attention (gather + bmm + softmax with sink), the baseline the CUDA backend
 is compared with, for the bf16 cache and the FP8 584 B layout (448 e4m3 bytes with a UE8M0 scale per
 64, 64 bf16 rope dims; dequantised after the gather). Prints median microseconds (CUDA events,
-warm-up, 20 reps) per shape. Run by scripts/gpu/run_all.sh bench."""
+warm-up, 20 reps) per shape twice: with L2 flushed before each rep as bench_cuda does for the library
+(us), and back to back (us(warm)). Run by scripts/gpu/run_all.sh bench."""
 import torch
 
 SHAPES = [  # (tokens = batch * s_q, heads, keys per token)
@@ -42,7 +43,8 @@ def fp8_cache(n, dev):
 def main():
     dev = torch.device("cuda")
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
-    print(f"{'cache':>6} {'tokens':>7} {'heads':>6} {'keys':>6} {'us':>10} {'TFLOP/s':>8}")
+    print(f"{'cache':>6} {'tokens':>7} {'heads':>6} {'keys':>6} {'us':>10} {'TFLOP/s':>8} {'us(warm)':>10}")
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
     n = 1 << 20  # cache rows: larger than L2
     caches = {"bf16": (torch.randn(n, 512, device=dev) / 10).to(torch.bfloat16), "fp8": fp8_cache(n, dev)}
     for layout, cache in caches.items():
@@ -61,16 +63,25 @@ def main():
 
             for _ in range(3):
                 run()
-            times = []
-            for _ in range(20):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                run()
-                b.record()
-                torch.cuda.synchronize()
-                times.append(a.elapsed_time(b) * 1000)
-            us = sorted(times)[len(times) // 2]
-            print(f"{layout:>6} {t:>7} {h:>6} {kk:>6} {us:>10.1f} {2 * h * t * kk * 1024 / us / 1e6:>8.1f}")
+            # Timed twice: L2 flushed before each rep as bench_cuda does for the library (a 256 MB
+            # memset outside the timed span: both start from the same cache state, and the memset
+            # lets the host queue every kernel before they run), and warm (back to back, as the
+            # earlier rounds timed it: small shapes then also wait on the host's launches).
+            us = {}
+            for mode in ("flushed", "warm"):
+                times = []
+                for i in range(20):
+                    if mode == "flushed":
+                        flush.fill_(i & 0xFF)
+                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    a.record()
+                    run()
+                    b.record()
+                    torch.cuda.synchronize()
+                    times.append(a.elapsed_time(b) * 1000)
+                us[mode] = sorted(times)[len(times) // 2]
+            tflops = 2 * h * t * kk * 1024 / us["flushed"] / 1e6
+            print(f"{layout:>6} {t:>7} {h:>6} {kk:>6} {us['flushed']:>10.1f} {tflops:>8.1f} {us['warm']:>10.1f}")
             del q, idx
 
 
