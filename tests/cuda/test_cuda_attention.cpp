@@ -709,6 +709,12 @@ bool run_paged_case(const module& m, void* ctx, const paged_case& c) {
 std::vector<explicit_case> explicit_cases() {
   std::vector<explicit_case> v;
   auto add = [&](explicit_case c) { v.push_back(c); };
+  // Per-tensor FP8 caches (kv_scale 0.0125) read by an e4m3 q.
+  auto per_tensor_fp8_q = [](explicit_case& c) {
+    c.layout = c.extra_layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+    c.q_fp8 = true;
+    c.kv_scale = 0.0125f;
+  };
   // FlashMLA-like decode: main SWA list + extra compressed list, every head count.
   for (int h : {1, 8, 16, 24, 64, 128}) {
     explicit_case c;
@@ -807,13 +813,10 @@ std::vector<explicit_case> explicit_cases() {
   {
     explicit_case c;
     c.name = "per-tensor-fp8-q";
-    c.layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
-    c.extra_layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+    per_tensor_fp8_q(c);
     c.heads = 16;
     c.topk = 128;
     c.extra_topk = 128;
-    c.q_fp8 = true;
-    c.kv_scale = 0.0125f;
     add(c);
   }
   // Shapes aimed at the Hopper kernel (> 32 heads, one 512-dim layout): partial 64-head groups,
@@ -852,13 +855,10 @@ std::vector<explicit_case> explicit_cases() {
     explicit_case c;
     c.name = "sm90-per-tensor-fp8-q-h64";
     c.special_rows = true;
-    c.layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
-    c.extra_layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+    per_tensor_fp8_q(c);
     c.heads = 64;
     c.topk = 70;
     c.extra_topk = 128;
-    c.q_fp8 = true;
-    c.kv_scale = 0.0125f;
     add(c);
   }
   {
@@ -936,10 +936,8 @@ std::vector<explicit_case> explicit_cases() {
       d.stride_pad = 1168;  // out rows stay aligned; caches with spare rows per block
       d.lengths_per_batch = true;
     });
-    split_case("sm90-splits2-per-tensor-h72", 2, 72, [](explicit_case& d) {
-      d.layout = d.extra_layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
-      d.q_fp8 = true;
-      d.kv_scale = 0.0125f;
+    split_case("sm90-splits2-per-tensor-h72", 2, 72, [&](explicit_case& d) {
+      per_tensor_fp8_q(d);
       d.special_rows = true;
     });
     split_case("sm90-splits5-v4-h64-qodd", 5, 64, [](explicit_case& d) { d.q_pad = 4; });
@@ -966,10 +964,8 @@ std::vector<explicit_case> explicit_cases() {
     c.batch = 3;
     add(c);
     c.name = "sm90s-wide-per-tensor-fp8-q-h40";
-    c.layout = c.extra_layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+    per_tensor_fp8_q(c);
     c.heads = 40;
-    c.q_fp8 = true;
-    c.kv_scale = 0.0125f;
     add(c);
   }
   // Shapes aimed at the Hopper small-head kernel (1..32 heads: 16- and 32-head tiles, partial
@@ -1018,13 +1014,10 @@ std::vector<explicit_case> explicit_cases() {
     explicit_case c;
     c.name = "sm90s-per-tensor-fp8-q-h4";
     c.special_rows = true;
-    c.layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
-    c.extra_layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+    per_tensor_fp8_q(c);
     c.heads = 4;
     c.topk = 70;
     c.extra_topk = 128;
-    c.q_fp8 = true;
-    c.kv_scale = 0.0125f;
     add(c);
   }
   {
