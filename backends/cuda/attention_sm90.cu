@@ -51,11 +51,8 @@ struct sm90_map {
   static constexpr int p = k + 2 * kOperandBytes;          // two P buffers
   static constexpr int alpha = p + 2 * kPBytes;            // [2][64] fp32
   static constexpr int valid = alpha + 2 * kRows * 4;      // [2][64] uint32 flags
-  static constexpr int m_fin = valid + 2 * kKeys * 4;      // [64] fp32
-  static constexpr int l_fin = m_fin + kRows * 4;          // [64] fp32
-  static constexpr int f_fin = l_fin + kRows * 4;          // [64] fp32 output factor (sink, 1 / l)
-  static constexpr int sink = f_fin + kRows * 4;           // [64] fp32 sink logits (-inf: none)
-  static constexpr int bars = sink + kRows * 4;            // full[2], empty[2], remote[2], q (8 bytes each)
+  static constexpr int fin = valid + 2 * kKeys * 4;        // [2 work-item parities] row_fin
+  static constexpr int bars = fin + 2 * 4 * kRows * 4;     // full[2], empty[2], remote[2], q (8 bytes each)
   static constexpr int counts = bars + 7 * 8;              // list counts [2]
   static constexpr int total = counts + 16;
 };
@@ -64,6 +61,82 @@ constexpr size_t kSmemBytes = sm90_map::total + 1024;      // + alignment slack
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
+// Per-row results of a work item, from WG0 to the epilogues of both warpgroups, and the sink
+// logits of its heads: one copy per parity of the CTA's work-item count k, so a persistent CTA's
+// next item can be prepared while the epilogue reads this one's.
+struct row_fin {
+  float* m;     // [64] running max (log2 domain)
+  float* l;     // [64] sum
+  float* f;     // [64] output factor (sink, 1 / l)
+  float* sink;  // [64] sink logits (-inf: none)
+};
+__device__ __forceinline__ row_fin fin_rows(const cta_state& st, int k) {
+  float* base = reinterpret_cast<float*>(st.smem + sm90_map::fin) + (k & 1) * 4 * kRows;
+  return {base, base + kRows, base + 2 * kRows, base + 3 * kRows};
+}
+// A CTA's work items: blockIdx.x, then every gridDim.x-th. Persistent CTAs (a grid smaller than
+// the item count) need the tensor-map Q, which WG0 loads for the next item during this one.
+// item_state: the CTA state `st` (set to its first item by cta_begin) set to its k-th item. In
+// persistent kernels blockIdx / gridDim are read by volatile asm so that every call recomputes the
+// item: kept live across the chunk loop, its fields cost the warpgroups registers they do not have
+// (spills). The other kernels keep the first item's fields (no 64-bit divisions in the epilogue).
+template <bool kPersistent>
+__device__ __forceinline__ cta_state item_state(const attention_params& p, const cta_state& st, int k) {
+  if constexpr (!kPersistent) return st;
+  uint32_t cta, grid;
+  asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(cta));
+  asm volatile("mov.u32 %0, %%nctaid.x;\n" : "=r"(grid));
+  cta_state s = st;
+  set_item(s, p, cta + static_cast<int64_t>(k) * grid, kRows);
+  return s;
+}
+// Whether the CTA has a work item after its k-th. Only the persistent kernels loop over items (the
+// loop costs the warpgroups registers: a kernel of one item per CTA is compiled without it).
+template <bool kPersistent>
+__device__ __forceinline__ bool has_next_item(const attention_params& p, const cta_state& st, int k) {
+  if constexpr (!kPersistent) return false;
+  return st.q_tma && blockIdx.x + static_cast<int64_t>(k + 1) * gridDim.x < item_count(p);
+}
+// The chunk walk of item state st (its k-th): the first item's counts were read at the CTA's start.
+__device__ __forceinline__ chunk_walk item_walk(const attention_params& p, const cta_state& st, int k) {
+  const int32_t* counts = reinterpret_cast<const int32_t*>(st.smem + sm90_map::counts);
+  const int c0 = k == 0 ? counts[0] : list_count(p, st.t, 0);
+  const int c1 = k == 0 ? counts[1] : list_count(p, st.t, 1);
+  return chunk_walk{p, c0, c1, min(p.chunks[0] + p.chunks[1], st.c_begin + p.chunks_per_split)};
+}
+// Runs run(k, i0) for the CTA's items k = 0, 1, ...: i0 is the CTA's chunk count before item k, run
+// returns it after.
+template <bool kPersistent, class Run>
+__device__ __forceinline__ void for_each_item(const attention_params& p, const cta_state& st, Run&& run) {
+  int i0 = 0;
+  for (int k = 0;; ++k) {
+    i0 = run(k, i0);
+    if (!has_next_item<kPersistent>(p, st, k)) break;
+  }
+}
+// The sink logits of the CTA's heads for work item parity k (threads 0..63; padding heads -inf).
+__device__ __forceinline__ void store_sinks(const attention_params& p, const cta_state& st, int k, int tid) {
+  const int h = st.head0 + tid;
+  fin_rows(st, k).sink[tid] = h < p.num_heads ? head_sink(p, h) : -INFINITY;
+}
+
+// Q tile of token t, heads head0.. (eight tensor-map boxes of 64 dims x 64 heads; padding heads read
+// as zeros) into shared memory, completing on q_bar; or only into L2 (`prefetch`, no barrier).
+__device__ __forceinline__ void load_q_tile(const cta_state& st, const CUtensorMap* q_map, int64_t t, int head0,
+                                            const attention_params& p, bool prefetch) {
+  const token_coord tc = split_token(t, p.seq_q);
+  if (!prefetch) mbar_arrive_expect_tx(st.q_bar, kOperandBytes);
+#pragma unroll
+  for (int col = 0; col < kHeadDim / 64; ++col) {
+    if (prefetch) {
+      tma_prefetch_4d(q_map, 64 * col, head0, static_cast<int>(tc.s), static_cast<int>(tc.b));
+    } else {
+      tma_load_4d(st.base + sm90_map::q + col * kColBytes, q_map, 64 * col, head0, static_cast<int>(tc.s),
+                  static_cast<int>(tc.b), st.q_bar);
+    }
+  }
+}
+
 // Byte offset of 16-byte unit `unit` (of 32) of row r in one warpgroup's bf16 output staging (64 rows
 // x 256 dims): units XORed with r % 8, so both the fragment writes and the row reads are
 // conflict-free without padding.
@@ -71,22 +144,45 @@ __device__ __forceinline__ uint32_t stage_offset(int r, int unit) {
   return static_cast<uint32_t>(r * kStageRowBytes + ((unit ^ (r & 7)) << 4));
 }
 
+// Transposes v (4 x 4 words over the lanes of a quad, tig = lane % 4): lane tig's v[q] becomes
+// lane q's v[tig]. Two butterfly steps (lane distance 2, then 1), each swapping the half of v whose
+// index bit differs from the lane's.
+__device__ __forceinline__ void quad_transpose(uint32_t* v, int tig) {
+#pragma unroll
+  for (int bit = 2; bit >= 1; bit >>= 1) {
+    const bool hi = (tig & bit) != 0;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int lo_q = bit == 2 ? i : 2 * i;  // slot pair (lo_q, lo_q + bit)
+      const uint32_t send = hi ? v[lo_q] : v[lo_q + bit];
+      const uint32_t got = __shfl_xor_sync(0xffffffffu, send, bit);
+      if (hi) {
+        v[lo_q] = got;
+      } else {
+        v[lo_q + bit] = got;
+      }
+    }
+  }
+}
+
 // Normalises (sink) and writes this warpgroup's half of O, or its split partials. WG0 has
-// published the final row max and sum in m_fin / l_fin before the barrier. Each warpgroup stages
-// its own half in its own half of the Q tile (no longer read once both warpgroups are past the
-// barrier: WG0's last S = Q K^T is complete before it arrives), so the only cross-warpgroup
-// ordering is m_fin / l_fin.
-__device__ __forceinline__ void epilogue(const attention_params& p, const cta_state& st, int wg, int tid, int row0,
-                                         int tig, const float* o) {
-  const float* m_fin = reinterpret_cast<const float*>(st.smem + sm90_map::m_fin);
-  const float* l_fin = reinterpret_cast<const float*>(st.smem + sm90_map::l_fin);
-  const float* f_fin = reinterpret_cast<const float*>(st.smem + sm90_map::f_fin);
+// published the item's final row max, sum and factors in fin_rows(k) before the barrier.
+// kStaged: O goes through this warpgroup's half of the Q tile (no longer read once both
+// warpgroups are past the barrier) so that every store writes whole rows; persistent CTAs, whose
+// next Q may be loading already, write straight from the accumulators (H200: 2-3 % slower for
+// single-item CTAs, e.g. CONFIG4 b=256 372 -> 383 us).
+template <bool kStaged>
+__device__ __forceinline__ void epilogue(const attention_params& p, const cta_state& st, int k, int wg, int tid,
+                                         int row0, int tig, const float* o) {
+  const row_fin fin = fin_rows(st, k);
+  const float* m_fin = fin.m;
+  const float* l_fin = fin.l;
+  const float* f_fin = fin.f;
   named_sync(3, 256);  // final m / l / factors visible; every wgmma of both warpgroups is complete
   if (tid == 0) trace::header(trace::kEpiBar);
   const int dim0 = wg * 256;
-  const int wtid = tid % 128;
   const int64_t t = st.t;
-  if (p.num_splits == 1) {
+  if (kStaged && p.num_splits == 1) {
     uint8_t* stage = st.smem + sm90_map::q + wg * kStageBytes;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -101,12 +197,36 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
     named_sync(5 + wg, 128);  // this warpgroup's staging is complete
     if (tid == 0) trace::header(trace::kEpiStaged);
     // Thread: unit wtid % 32 of rows wtid / 32 + 4m (one warp writes one row's 512 bytes).
+    const int wtid = tid % 128;
     const int unit = wtid % 32;
     const int rows = min(kRows, p.num_heads - st.head0);
     const int64_t out0 = token_offset(p.out, t, p.seq_q, st.head0) + dim0 + 8 * unit;
 #pragma unroll 4
     for (int r = wtid / 32; r < rows; r += 4) {
       store_out_at(p, out0 + r * p.out.stride_h, *reinterpret_cast<const uint4*>(stage + stage_offset(r, unit)));
+    }
+    if (tid < rows) write_row_stats(p, t, st.head0 + tid, m_fin[tid], l_fin[tid]);
+  } else if (p.num_splits == 1) {
+    // Straight from the accumulators: a quad's four threads hold 2 dims each of 8-dim blocks
+    // 4m..4m+3 of a row; after a 4 x 4 transpose in the quad thread tig holds block 4m + tig whole,
+    // so each thread stores 16 bytes and a warp 64 contiguous bytes of each of 8 rows.
+    const int rows = min(kRows, p.num_heads - st.head0);
+    const int64_t out0 = token_offset(p.out, t, p.seq_q, st.head0) + dim0 + 8 * tig;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + 8 * h;
+      const float factor = f_fin[r];
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        uint32_t v[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int j = 4 * m + q;
+          v[q] = pack_bf16(o[4 * j + 2 * h] * factor, o[4 * j + 2 * h + 1] * factor);
+        }
+        quad_transpose(v, tig);
+        if (r < rows) store_out_at(p, out0 + r * p.out.stride_h + 32 * m, make_uint4(v[0], v[1], v[2], v[3]));
+      }
     }
     if (tid < rows) write_row_stats(p, t, st.head0 + tid, m_fin[tid], l_fin[tid]);
   } else {
@@ -158,9 +278,14 @@ constexpr uint32_t kEmptyArrivals = 256u + 8u * (CLUSTER - 1);
 // WG0: S = Q K^T, softmax, P to WG1, O[:, 0:256] += P V.
 // kCopied: the buffers were filled by cp.async (completed on the full barrier; see wait_chunk).
 // kValueScale: the per-tensor FP8 layout scales P by the list's kv_scale (1 for the other layouts).
-template <int CLUSTER, bool kCopied, bool kValueScale>
-__device__ __forceinline__ void consumer0(const attention_params& p, const cta_state& st, const chunk_walk& walk,
-                                          int tid) {
+// The CTA's k-th work item (st0: the CTA's state): i0 chunks ran before it (buffer / barrier
+// phases continue from there). Returns the CTA's chunk count after it. (WG0 has no registers to
+// spare: WG1 prepares the next item's Q and sinks.)
+template <int CLUSTER, bool kPersistent, bool kCopied, bool kValueScale>
+__device__ __forceinline__ int consumer0_item(const attention_params& p, const cta_state& st0, int tid, int i0,
+                                              int k) {
+  const cta_state st = item_state<kPersistent>(p, st0, k);
+  const chunk_walk walk = item_walk(p, st, k);
   const int warp = tid / 32;
   const int lane = tid % 32;
   const int g = lane / 4;
@@ -175,18 +300,18 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
   const uint32_t k_desc0 = desc_lo(st.base + sm90_map::k, 16);         // K-major (S = Q K^T)
   // A tensor-map Q: wait even without chunks, as the epilogue reuses the Q tile.
   if (st.q_tma) {
-    mbar_wait(st.q_bar, 0);
+    mbar_wait(st.q_bar, k & 1);
     if (tid == 0) trace::header(trace::kQReady);
   }
   const uint32_t v_desc0 = desc_lo(st.base + sm90_map::k, kColBytes);  // MN-major (P V)
-  int i = 0;
-  for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
-    const int b = i & 1;
+  int ig = i0;  // the CTA's chunk count: buffer and phase
+  for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++ig) {
+    const int b = ig & 1;
     const int li = walk.list_of(c);
     const uint32_t k_desc = k_desc0 + b * (kOperandBytes >> 4);
     const uint32_t v_desc = v_desc0 + b * (kOperandBytes >> 4);
-    wait_chunk<CLUSTER, kCopied>(st, b, (i >> 1) & 1);
-    if (tid == 0) trace::chunk(i, trace::kWg0Full);
+    wait_chunk<CLUSTER, kCopied>(st, b, (ig >> 1) & 1);
+    if (tid == 0) trace::chunk(ig, trace::kWg0Full);
     // S = Q K^T over 512 dims: 32 k-steps of 16 (4 per 64-dim column, 32 bytes apart).
     float s[32];
     wgmma_fence_operands32(s);
@@ -199,7 +324,7 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
     wgmma_commit();
     wgmma_wait0();
     wgmma_fence_operands32(s);
-    if (tid == 0) trace::chunk(i, trace::kWg0Qk);
+    if (tid == 0) trace::chunk(ig, trace::kWg0Qk);
     // Online softmax (base 2). s[4j + {0,1}]: row0, keys 8j + 2 tig + {0,1}; s[4j + {2,3}]: row0 + 8.
     const float scl = p.logit_scale_log2[li];
     const float vs = kValueScale ? p.value_scale[li] : 1.0f;
@@ -257,7 +382,7 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
     }
     fence_proxy_async();
     named_arrive(1 + b, 256);
-    if (tid == 0) trace::chunk(i, trace::kWg0P);
+    if (tid == 0) trace::chunk(ig, trace::kWg0P);
     // O[:, 0:256] = alpha O + P V (P from registers: the S accumulator layout is the A layout).
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
@@ -276,12 +401,12 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
     wgmma_wait0();
     wgmma_fence_operands128(o);
     release_buffer<CLUSTER>(st, b);
-    if (tid == 0) trace::chunk(i, trace::kWg0Pv);
+    if (tid == 0) trace::chunk(ig, trace::kWg0Pv);
   }
   if (tid == 0) {
     trace::header(trace::kWg0Epi);
 #if defined(DSV4_SM90_TRACE)
-    if (uint32_t* r = trace::record()) r[trace::kChunksRun] = static_cast<uint32_t>(i);
+    if (uint32_t* r = trace::record()) r[trace::kChunksRun] = static_cast<uint32_t>(ig - i0);
 #endif
   }
 #pragma unroll
@@ -290,30 +415,43 @@ __device__ __forceinline__ void consumer0(const attention_params& p, const cta_s
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
   }
   if (tig == 0) {
-    float* m_fin = reinterpret_cast<float*>(st.smem + sm90_map::m_fin);
-    float* l_fin = reinterpret_cast<float*>(st.smem + sm90_map::l_fin);
-    float* f_fin = reinterpret_cast<float*>(st.smem + sm90_map::f_fin);
-    const float* sink = reinterpret_cast<const float*>(st.smem + sm90_map::sink);
-    m_fin[row0] = m_run[0];
-    m_fin[row0 + 8] = m_run[1];
-    l_fin[row0] = l_run[0];
-    l_fin[row0 + 8] = l_run[1];
-    f_fin[row0] = row_output_factor_sink(sink[row0], m_run[0], l_run[0]);
-    f_fin[row0 + 8] = row_output_factor_sink(sink[row0 + 8], m_run[1], l_run[1]);
+    const row_fin fin = fin_rows(st, k);
+    fin.m[row0] = m_run[0];
+    fin.m[row0 + 8] = m_run[1];
+    fin.l[row0] = l_run[0];
+    fin.l[row0 + 8] = l_run[1];
+    fin.f[row0] = row_output_factor_sink(fin.sink[row0], m_run[0], l_run[0]);
+    fin.f[row0 + 8] = row_output_factor_sink(fin.sink[row0 + 8], m_run[1], l_run[1]);
   }
-  epilogue(p, st, 0, tid, row0, tig, o);
+  epilogue<!kPersistent>(p, item_state<kPersistent>(p, st0, k), k, 0, tid, row0, tig, o);
   if (tid == 0) {
     trace::header(trace::kWg0End);
 #if defined(DSV4_SM90_TRACE)
     if (uint32_t* r = trace::record()) r[trace::kGlobalEnd] = trace::global_ns();
 #endif
   }
+  return ig;
 }
 
+
 // WG1: O[:, 256:512] += P V with P and alpha from WG0.
-template <int CLUSTER, bool kCopied>
-__device__ __forceinline__ void consumer1(const attention_params& p, const cta_state& st, const chunk_walk& walk,
-                                          int tid) {
+// st0, i0, k and the result: as for consumer0_item. With a next item (persistent CTAs), one thread
+// prefetches its Q into L2 at the start and loads it into the Q tile once WG0's last S of this item
+// is done (WG0 has published the last chunk's P; the epilogue leaves the Q tile alone), and 64
+// threads store its sinks.
+template <int CLUSTER, bool kPersistent, bool kCopied>
+__device__ __forceinline__ int consumer1_item(const attention_params& p, const cta_state& st0, int tid, int i0, int k,
+                                              const CUtensorMap* q_map) {
+  const cta_state st = item_state<kPersistent>(p, st0, k);
+  const chunk_walk walk = item_walk(p, st, k);
+  const bool next = has_next_item<kPersistent>(p, st0, k);
+  auto load_next_q = [&](bool prefetch) {
+    if (next && tid == 128) {
+      const cta_state ns = item_state<kPersistent>(p, st0, k + 1);
+      load_q_tile(st0, q_map, ns.t, ns.head0, p, prefetch);
+    }
+  };
+  load_next_q(true);
   const int wtid = tid - 128;
   const int warp = wtid / 32;
   const int lane = tid % 32;
@@ -323,14 +461,15 @@ __device__ __forceinline__ void consumer1(const attention_params& p, const cta_s
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   const uint32_t p_desc0 = desc_lo(st.base + sm90_map::p, 16);
   const uint32_t v_desc0 = desc_lo(st.base + sm90_map::k + 4 * kColBytes, kColBytes);  // dims 256..511
-  int i = 0;
-  for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
-    const int b = i & 1;
+  int ig = i0;  // the CTA's chunk count: buffer and phase
+  for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++ig) {
+    const int b = ig & 1;
     const uint32_t p_desc = p_desc0 + b * (kPBytes >> 4);
     const uint32_t v_desc = v_desc0 + b * (kOperandBytes >> 4);
-    wait_chunk<CLUSTER, kCopied>(st, b, (i >> 1) & 1);
+    wait_chunk<CLUSTER, kCopied>(st, b, (ig >> 1) & 1);
     named_sync(1 + b, 256);  // P and alpha of this chunk are ready
-    if (wtid == 0) trace::chunk(i, trace::kWg1P);
+    if (kPersistent && walk.next_active(c + 1) >= walk.c_end) load_next_q(false);  // WG0's last S is done
+    if (wtid == 0) trace::chunk(ig, trace::kWg1P);
     const float* alpha = reinterpret_cast<const float*>(st.smem + sm90_map::alpha) + b * kRows;
     const float a0 = alpha[row0];
     const float a1 = alpha[row0 + 8];
@@ -351,16 +490,24 @@ __device__ __forceinline__ void consumer1(const attention_params& p, const cta_s
     wgmma_wait0();
     wgmma_fence_operands128(o);
     release_buffer<CLUSTER>(st, b);
-    if (wtid == 0) trace::chunk(i, trace::kWg1Pv);
+    if (wtid == 0) trace::chunk(ig, trace::kWg1Pv);
   }
-  epilogue(p, st, 1, tid, row0, lane % 4, o);
+  // The next item's sinks into the other copy (the epilogue's barrier orders them before WG0's reads).
+  if (next && wtid < kRows) store_sinks(p, item_state<kPersistent>(p, st0, k + 1), k + 1, wtid);
+  epilogue<!kPersistent>(p, item_state<kPersistent>(p, st0, k), k, 1, tid, row0, lane % 4, o);
+  // An item without chunks: its Q was never read, but the next load may only start once WG0 has
+  // waited for this one (it has, past the epilogue's barrier): a barrier two phases ahead of a
+  // waiter looks like one that has not moved.
+  if (ig == i0) load_next_q(false);
   if (wtid == 0) trace::header(trace::kWg1End);
+  return ig;
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // L: the layout of both caches (one layout per kernel: a loop that dispatches between layouts
 // keeps every layout's addressing live at once and spills).
-template <uint32_t L, int CLUSTER>
+// kPersistent: a grid smaller than the work items (tensor-map Q), each CTA looping over items.
+template <uint32_t L, int CLUSTER, bool kPersistent>
 // q_map (q_tma != 0): Q as [batch][s_q][heads][512] bf16 boxes of 64 dims x 64 heads in the kernel's
 // 128B swizzle (heads past the end read as zeros), loaded by the tensor-memory accelerator.
 __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __grid_constant__ attention_params p,
@@ -382,15 +529,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
 
   const int total_chunks = p.chunks[0] + p.chunks[1];
   const int c_end = min(total_chunks, st.c_begin + p.chunks_per_split);
+  // The producer rows of its first two jobs (see producer_copy / producer_convert).
+  const bool pairs = CLUSTER > 1 && !row_format<L>::kBf16;
+  const int r0 = 8 * ((tid % 128) / 32) + (tid & 7);
+  const int rows[2] = {pairs ? static_cast<int>(rank) * 32 + r0 : r0, pairs ? static_cast<int>(rank) * 32 + r0 : 32 + r0};
   first_jobs first{};
-  if (tid >= 256) {
-    // The producer rows of its first two jobs (see producer_copy / producer_convert).
-    const int w = (tid % 128) / 32;
-    const int r0 = 8 * w + (tid & 7);
-    const bool pairs = CLUSTER > 1 && !row_format<L>::kBf16;
-    const int rows[2] = {pairs ? static_cast<int>(rank) * 32 + r0 : r0, pairs ? static_cast<int>(rank) * 32 + r0 : 32 + r0};
-    first = speculate_first(p, t, st.c_begin, c_end, rows, pairs);
-  }
+  if (tid >= 256) first = speculate_first(p, t, st.c_begin, c_end, rows, pairs);
   if (tid < 2) store_list_count(p, t, tid, counts);
   if (tid == 32) {
     for (int b = 0; b < 2; ++b) {
@@ -413,19 +557,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
   st.q_tma = q_tma != 0;
   if (tid < 256) {
     // Sink logits of the CTA's heads (padding heads -inf), read by WG0 once the loop is done.
-    if (tid < kRows) {
-      const int h = st.head0 + tid;
-      reinterpret_cast<float*>(st.smem + sm90_map::sink)[tid] = h < p.num_heads ? head_sink(p, h) : -INFINITY;
-    }
+    if (tid < kRows) store_sinks(p, st, 0, tid);
     if (st.q_tma) {
       if (tid == 0) {
-        const token_coord tc = split_token(t, p.seq_q);
-        mbar_arrive_expect_tx(st.q_bar, kOperandBytes);
-#pragma unroll
-        for (int col = 0; col < kHeadDim / 64; ++col) {
-          tma_load_4d(st.base + sm90_map::q + col * kColBytes, &q_map, 64 * col, st.head0, static_cast<int>(tc.s),
-                      static_cast<int>(tc.b), st.q_bar);
-        }
+        load_q_tile(st, &q_map, t, st.head0, p, false);
         trace::header(trace::kQIssued);
       }
     } else {
@@ -444,25 +579,36 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
     if (tid == 0 && !st.q_tma) trace::header(trace::kQReady);
   }
 
-  const chunk_walk walk{p, counts[0], counts[1], c_end};
   const int wg = tid / 128;
   // One branch per warpgroup role, so each keeps its own register budget (setmaxnreg). The CTA
   // holds 3 x 168 registers per thread slot (the launch bound); the budgets must not exceed that
-  // sum, or the increase waits forever.
+  // sum, or the increase waits forever. Each role walks the CTA's work items alike.
   if (wg == 0) {
     set_max_registers_inc<192>();
-    consumer0<CLUSTER, row_format<L>::kBf16, L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>(p, st, walk, tid);
+    for_each_item<kPersistent>(p, st, [&](int k, int i0) {
+      return consumer0_item<CLUSTER, kPersistent, row_format<L>::kBf16, L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>(p, st, tid, i0, k);
+    });
   } else if (wg == 1) {
     set_max_registers_dec<160>();
-    consumer1<CLUSTER, row_format<L>::kBf16>(p, st, walk, tid);
+    for_each_item<kPersistent>(
+        p, st, [&](int k, int i0) {
+          return consumer1_item<CLUSTER, kPersistent, row_format<L>::kBf16>(p, st, tid, i0, k, &q_map);
+        });
   } else {
     set_max_registers_dec<152>();
-    if constexpr (row_format<L>::kBf16) {
-      producer_copy<L, sm90_map, false>(p, st, walk, first, 0, (tid % 128) / 32, tid % 32);
-    } else {
-      producer_convert<L, sm90_map, CLUSTER, (CLUSTER > 1)>(p, st, walk, first, static_cast<int>(rank),
-                                                          (tid % 128) / 32, tid % 32);
-    }
+    for_each_item<kPersistent>(p, st, [&](int k, int i0) {
+      const cta_state s = item_state<kPersistent>(p, st, k);
+      const chunk_walk w = item_walk(p, s, k);
+      // Later items: their first jobs' list entries, loaded while the counts are in flight.
+      if (k > 0) first = speculate_first(p, s.t, s.c_begin, w.c_end, rows, pairs);
+      const first_jobs& f = first;
+      if constexpr (row_format<L>::kBf16) {
+        return i0 + producer_copy<L, sm90_map, false>(p, s, w, f, 0, (tid % 128) / 32, tid % 32, i0);
+      } else {
+        return i0 + producer_convert<L, sm90_map, CLUSTER, (CLUSTER > 1)>(p, s, w, f, static_cast<int>(rank),
+                                                                          (tid % 128) / 32, tid % 32, i0);
+      }
+    });
   }
   if constexpr (CLUSTER > 1) cluster_sync();  // the peer may still arrive on / write to this CTA
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -473,25 +619,62 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
 template <uint32_t L>
 constexpr bool kPairs = L != DSV4_KV_LAYOUT_BF16;
 
-template <uint32_t L>
-cudaError_t configure_layout(int bytes) {
-  cudaError_t err = cudaFuncSetAttribute(attention_sm90_kernel<L, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err != cudaSuccess || !kPairs<L>) return err;
-  return cudaFuncSetAttribute(attention_sm90_kernel<L, kPairs<L> ? 2 : 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+template <uint32_t L, int CLUSTER>
+cudaError_t configure_kernels(int bytes) {
+  const cudaError_t err = cudaFuncSetAttribute(attention_sm90_kernel<L, CLUSTER, false>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err != cudaSuccess) return err;
+  return cudaFuncSetAttribute(attention_sm90_kernel<L, CLUSTER, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               bytes);
 }
-
 template <uint32_t L>
-cudaError_t launch_layout(const attention_params& p, const CUtensorMap& q_map, int q_tma, cudaLaunchConfig_t* cfg) {
-  if (p.head_groups == 1 || !kPairs<L>) return cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, 1>, p, q_map, q_tma);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
+cudaError_t configure_layout(int bytes) {
+  const cudaError_t err = configure_kernels<L, 1>(bytes);
+  if (err != cudaSuccess || !kPairs<L>) return err;
+  return configure_kernels<L, kPairs<L> ? 2 : 1>(bytes);
+}
+
+void set_cluster_pairs(cudaLaunchConfig_t* cfg, cudaLaunchAttribute* attr) {
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = 2;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
   cfg->attrs = attr;
   cfg->numAttrs = 1;
-  return cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, kPairs<L> ? 2 : 1>, p, q_map, q_tma);
+}
+
+// Whether every work item runs the same chunks: dense lists without per-row lengths.
+bool uniform_items(const attention_params& p) {
+  for (const dsv4_mod_index_list& l : p.list) {
+    if (l.indices != nullptr && (l.format != DSV4_INDEX_DENSE || l.lengths != nullptr)) return false;
+  }
+  return true;
+}
+
+// One CTA (pair) per work item; or, for runs of uniform items (or p.persistent_forced) at least
+// kPersistentWaves times as many as the device holds at once, and a tensor-map Q, as many persistent
+// CTAs as it holds, each looping over items in a fixed order: an item's Q and first rows load while
+// the previous one finishes. H200, prefill (31 waves): 64 heads 709 -> 674 us, 128 heads 2333 ->
+// 2247 us. Decode of 2 waves gained nothing, and items of uneven lengths lose the hardware's
+// balancing (CONFIG4 b=256 +11 %, CONFIG3 b=256 +7 %).
+constexpr unsigned kPersistentWaves = 4;
+template <uint32_t L>
+cudaError_t launch_layout(const attention_params& p, const CUtensorMap& q_map, int q_tma, cudaLaunchConfig_t* cfg) {
+  const bool pairs = p.head_groups == 2 && kPairs<L>;
+  const int cluster = pairs ? 2 : 1;
+  const int resident = p.resident_ctas[cluster - 1] / cluster * cluster;
+  const bool persistent = q_tma != 0 && resident > 0 && (p.persistent_forced != 0 || uniform_items(p)) &&
+                          cfg->gridDim.x >= kPersistentWaves * static_cast<unsigned>(resident);
+  if (persistent) cfg->gridDim.x = static_cast<unsigned>(resident);
+  cudaLaunchAttribute attr[1];
+  if (!pairs) {
+    return persistent ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, 1, true>, p, q_map, q_tma)
+                      : cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, 1, false>, p, q_map, q_tma);
+  }
+  set_cluster_pairs(cfg, attr);
+  constexpr int kCluster = kPairs<L> ? 2 : 1;
+  return persistent ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, kCluster, true>, p, q_map, q_tma)
+                    : cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, kCluster, false>, p, q_map, q_tma);
 }
 
 // The driver's tensor-map encoder (through the runtime: no link against libcuda), nullptr when the
@@ -549,7 +732,7 @@ bool attention_sm90_layouts(uint32_t main_layout, uint32_t extra_layout) {
 
 bool attention_sm90_compiled() {
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, attention_sm90_kernel<DSV4_KV_LAYOUT_BF16, 1>) != cudaSuccess) return false;
+  if (cudaFuncGetAttributes(&attr, attention_sm90_kernel<DSV4_KV_LAYOUT_BF16, 1, false>) != cudaSuccess) return false;
   // Machine code built for sm_90a reports PTX 9.0; a JIT of the compute_80 PTX (no wgmma) reports 8.0.
   return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
 }
@@ -581,6 +764,26 @@ cudaError_t attention_sm90_configure() {
   if (const cudaError_t terr = trace::attach(); terr != cudaSuccess) return terr;
 #endif
   return for_each_sm90_layout([](auto l) { return configure_layout<decltype(l)::value>(static_cast<int>(kSmemBytes)); });
+}
+
+cudaError_t attention_sm90_resident(int sm_count, int resident[2]) {
+  // Every layout's kernel has the same block size and shared memory: the FP8 584 B ones stand in.
+  constexpr uint32_t L = DSV4_KV_LAYOUT_FP8_V4_584B;
+  int per_sm = 0;
+  cudaError_t err =
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_sm90_kernel<L, 1, true>, kThreads, kSmemBytes);
+  if (err != cudaSuccess) return err;
+  resident[0] = per_sm * sm_count;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(2);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmemBytes;
+  cudaLaunchAttribute attr[1];
+  set_cluster_pairs(&cfg, attr);
+  int clusters = 0;
+  err = cudaOccupancyMaxActiveClusters(&clusters, attention_sm90_kernel<L, 2, true>, &cfg);
+  resident[1] = 2 * clusters;
+  return err;
 }
 
 cudaError_t attention_sm90_launch(const attention_params& p, cudaStream_t stream) {

@@ -55,6 +55,9 @@ struct attention_params {
   int32_t out_aligned16;      // out rows are 16-byte aligned: written with 16-byte stores
   int32_t chunk_keys;         // kChunkKeys, or kSmallChunkKeys (16-head tiles, small shared memory)
   int32_t dependent_combine;  // sm_90+: the combine kernel is a programmatic dependent launch
+  int32_t resident_ctas[2];   // Hopper wgmma kernel: CTAs / CTA pairs x 2 the device holds at once
+                              // (persistent CTAs for many work items); 0: one CTA per item
+  int32_t persistent_forced;  // persistent CTAs for uneven items too (DSV4_CUDA_PERSISTENT tests)
   dsv4_mod_token_view q;
   dsv4_mod_token_view out;
   dsv4_mod_token_view lse;
@@ -89,6 +92,9 @@ size_t attention_sm90_smem_bytes();
 bool attention_sm90_compiled();  // the loaded image has the sm_90a kernel (not a PTX JIT of it)
 bool attention_sm90_layouts(uint32_t main_layout, uint32_t extra_layout);  // caches it serves
 cudaError_t attention_sm90_configure();
+// CTAs of the wgmma kernel the device holds at once: resident[0] single, resident[1] in pairs (after
+// attention_sm90_configure).
+cudaError_t attention_sm90_resident(int sm_count, int resident[2]);
 cudaError_t attention_sm90_launch(const attention_params& p, cudaStream_t stream);
 
 // Hopper kernel for 1..32 heads, attention_sm90_small.cu: 16- or 32-head tiles (head_tiles 1 or 2),

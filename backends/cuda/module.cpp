@@ -91,6 +91,8 @@ struct tiling {
   double chunk_cost = 1.0;      // time of one chunk relative to a 64-head tile (measured on an H200)
   double cta_cost = 1.5;        // a CTA's fixed time (Q load, first gather, epilogue), in the same unit
   bool sm90 = false;            // the Hopper wgmma kernel (attention_sm90.cu)
+  int resident[2] = {0, 0};     // its resident CTAs, single / pairs (0: no persistent CTAs)
+  bool persistent_forced = false;  // DSV4_CUDA_PERSISTENT=n: persistent CTAs whatever the lengths
   bool sm90_small = false;      // the Hopper kernel for 1..32 heads (attention_sm90_small.cu)
 };
 
@@ -347,6 +349,16 @@ dsv4_status size_plan(plan* p) {
     // bf16 49.5 vs 81.1 us; pairs count as two CTAs, as the mma.sync kernel's two head groups do).
     h.chunk_cost = o.swa_cache.layout == DSV4_KV_LAYOUT_BF16 ? 0.6 : 0.78;
     h.sm90 = true;
+    // Persistent CTAs for runs of more work items than the device holds. DSV4_CUDA_PERSISTENT (A/B
+    // runs, tests): 0 = one CTA per item; n > 0 = at most n CTAs, looping over items.
+    const cudaError_t rerr = attention_sm90_resident(p->ctx->sm_count, h.resident);
+    if (rerr != cudaSuccess) return cuda_fail(rerr, "plan: occupancy (sm90)");
+    const char* penv = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_PERSISTENT") : nullptr;
+    if (penv != nullptr) {
+      const int cap = std::max(0, std::atoi(penv));
+      for (int& r : h.resident) r = std::min(r, cap);
+      h.persistent_forced = cap > 0;
+    }
     if (small_ok) {
       // Costs fitted to b = 2 on an H200 (against the wgmma kernel): CONFIG1 20.0 -> 17.0 us,
       // CONFIG3 22.7 -> 21.2, bf16 CONFIG1 18.0 -> 15.0; slower for 128 heads (CONFIG2 25.5 ->
@@ -415,6 +427,9 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   a.head_groups = tl.head_groups;
   a.chunk_keys = p.chunk_keys;
   a.dependent_combine = p.ctx->cc_major >= 9 ? 1 : 0;
+  a.resident_ctas[0] = tl.sm90 ? tl.resident[0] : 0;
+  a.resident_ctas[1] = tl.sm90 ? tl.resident[1] : 0;
+  a.persistent_forced = tl.sm90 && tl.persistent_forced ? 1 : 0;
   a.chunks[0] = p.chunks[0];
   a.chunks[1] = p.chunks[1];
   a.width[0] = p.width[0];

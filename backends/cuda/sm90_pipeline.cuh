@@ -206,6 +206,13 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(w), "r"(bar)
       : "memory");
 }
+// The same box into L2 only (no shared memory, no barrier).
+__device__ __forceinline__ void tma_prefetch_4d(const CUtensorMap* map, int x, int y, int z, int w) {
+  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(x), "r"(y), "r"(z), "r"(w)
+               : "memory");
+}
 template <int N>
 __device__ __forceinline__ void set_max_registers_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
@@ -452,14 +459,18 @@ struct cta_state {
   bool q_tma;                    // Q comes by tensor map (WG0 waits on q_bar), else by the consumers
 };
 
-// The candidate counts of the main and extra lists of token t (threads 0 and 1 of the CTA).
-__device__ __forceinline__ void store_list_count(const attention_params& p, int64_t t, int li, int32_t* counts) {
+// The candidate count of list li (main 0, extra 1) of token t.
+__device__ __forceinline__ int32_t list_count(const attention_params& p, int64_t t, int li) {
   int64_t n = 0;
   if (p.list[li].indices != nullptr && p.cache[li].base != nullptr) {
     n = list_row_count(p.list[li], t, p.seq_q);
     n = n < p.width[li] ? n : p.width[li];
   }
-  counts[li] = static_cast<int32_t>(n);
+  return static_cast<int32_t>(n);
+}
+// The same into shared memory (threads 0 and 1 of the CTA, for every role).
+__device__ __forceinline__ void store_list_count(const attention_params& p, int64_t t, int li, int32_t* counts) {
+  counts[li] = list_count(p, t, li);
 }
 
 // One 16-byte unit of a Q row (8 dims at element offset `off` of q) into shared memory at dst:
@@ -485,6 +496,20 @@ __device__ __forceinline__ void load_q_unit(const attention_params& p, uint8_t* 
   }
 }
 
+// Work item `item` (one per CTA, or a persistent CTA's item blockIdx.x + k gridDim.x) -> (token,
+// key split, head group of `heads_per_cta` heads), group fastest (the launch order of both kernels).
+__device__ __forceinline__ void set_item(cta_state& st, const attention_params& p, int64_t item, int heads_per_cta) {
+  const int group = static_cast<int>(item % p.head_groups);
+  st.split = static_cast<int>((item / p.head_groups) % p.num_splits);
+  st.t = item / (static_cast<int64_t>(p.head_groups) * p.num_splits);
+  st.head0 = group * heads_per_cta;
+  st.c_begin = st.split * p.chunks_per_split;
+}
+// Work items of a launch: (token, key split, head group) triples.
+__device__ __forceinline__ int64_t item_count(const attention_params& p) {
+  return static_cast<int64_t>(p.num_tokens) * p.head_groups * p.num_splits;
+}
+
 // Start of a Hopper CTA: its shared-memory base (1024-byte aligned, as the 128B swizzle needs), the
 // dependent combine launch released early, and its work item: CTA index -> (token, key split, head
 // group of `heads_per_cta` heads), group fastest (the launch order of both kernels).
@@ -505,12 +530,7 @@ __device__ __forceinline__ void cta_begin(cta_state& st, uint8_t* smem_raw, cons
     trace::header(trace::kStart);
   }
 #endif
-  const int64_t cta = blockIdx.x;
-  const int group = static_cast<int>(cta % p.head_groups);
-  st.split = static_cast<int>((cta / p.head_groups) % p.num_splits);
-  st.t = cta / (static_cast<int64_t>(p.head_groups) * p.num_splits);
-  st.head0 = group * heads_per_cta;
-  st.c_begin = st.split * p.chunks_per_split;
+  set_item(st, p, blockIdx.x, heads_per_cta);
 }
 
 // Full-barrier arrivals per chunk: every producer thread of the CTA; a bf16 producer thread arrives
@@ -525,9 +545,11 @@ constexpr uint32_t kPeerBytes = 32u * (kHeadDim * 2 + 4);
 // (zero-filled for invalid rows) and the copies complete on the full barrier, so nothing here waits
 // on memory; the next chunk's list entries load while this one is copied.
 // Map: the kernel's shared-memory map (k: two K buffers, valid: their [2][64] row flags).
+// i0: chunks the CTA ran before this work item (buffer and barrier phases continue from there);
+// returns the chunks of this one.
 template <uint32_t L, class Map, bool kHalf>
-__device__ __forceinline__ void producer_copy(const attention_params& p, const cta_state& st, const chunk_walk& walk,
-                                              const first_jobs& first, int half, int warp, int lane) {
+__device__ __forceinline__ int producer_copy(const attention_params& p, const cta_state& st, const chunk_walk& walk,
+                                             const first_jobs& first, int half, int warp, int lane, int i0 = 0) {
   constexpr int kTok = kHalf ? 1 : 2;  // rows per chunk and thread
   const int q = lane >> 3;
   int rows[kTok];
@@ -541,11 +563,12 @@ __device__ __forceinline__ void producer_copy(const attention_params& p, const c
   int32_t idx[kTok];
 #pragma unroll
   for (int k = 0; k < kTok; ++k) idx[k] = first_entry(p, walk, st.t, first, k, c);
-  for (int i = 0; c < walk.c_end; ++i) {
+  int i = 0;
+  for (; c < walk.c_end; ++i) {
     const int c_next = walk.next_active(c + 1);
     const int li = walk.list_of(c);
-    const int b = i & 1;
-    const uint32_t parity = ((i >> 1) & 1) ^ 1;  // the first use of a buffer does not wait
+    const int b = (i0 + i) & 1;
+    const uint32_t parity = (((i0 + i) >> 1) & 1) ^ 1;  // the first use of a buffer does not wait
     const uint8_t* src[kTok];
     const uint8_t* sc[kTok];
 #pragma unroll
@@ -569,6 +592,7 @@ __device__ __forceinline__ void producer_copy(const attention_params& p, const c
     mbar_arrive(st.full_bar + 8 * b);
     c = c_next;
   }
+  return i;
 }
 
 // The FP8 producer: a software pipeline over row jobs (one row of one chunk per thread), two in
@@ -588,10 +612,11 @@ struct convert_slot {
 
 // CLUSTER 2: a CTA pair (half = the CTA's rank; stores go to both CTAs); kHalf without a cluster:
 // one of two producer warpgroups of a CTA (half = its index).
+// i0 and the result: as for producer_copy.
 template <uint32_t L, class Map, int CLUSTER, bool kHalf>
-__device__ __forceinline__ void producer_convert(const attention_params& p, const cta_state& st,
-                                                 const chunk_walk& walk, const first_jobs& first, int half,
-                                                 int warp, int lane) {
+__device__ __forceinline__ int producer_convert(const attention_params& p, const cta_state& st,
+                                                const chunk_walk& walk, const first_jobs& first, int half,
+                                                int warp, int lane, int i0 = 0) {
   static_assert(CLUSTER == 1 || kHalf, "a CTA pair splits every chunk");
   constexpr int kTok = kHalf ? 1 : 2;  // rows per chunk and thread
   const int q = lane >> 3;
@@ -635,7 +660,8 @@ __device__ __forceinline__ void producer_convert(const attention_params& p, cons
   }
   // Converts slot s's job into chunk i's buffer, hands the buffer over when it is the chunk's last
   // job, then issues the slot's next job.
-  auto process = [&](int s, int i) {
+  auto process = [&](int s, int il) {
+    const int i = i0 + il;  // the CTA's chunk count: buffer and phase
     convert_slot<L, CLUSTER>& j = js[s];
     const int b = i & 1;
     uint32_t* valid = reinterpret_cast<uint32_t*>(st.smem + Map::valid) + b * kKeys;
@@ -671,7 +697,8 @@ __device__ __forceinline__ void producer_convert(const attention_params& p, cons
     }
     issue(j, advance(j.c), rows[s]);
   };
-  for (int i = 0; js[0].c < walk.c_end;) {
+  int i = 0;
+  while (js[0].c < walk.c_end) {
     process(0, i);
     if (kTok == 1) ++i;
     if (js[1].c >= walk.c_end) break;
@@ -679,6 +706,7 @@ __device__ __forceinline__ void producer_convert(const attention_params& p, cons
     ++i;
   }
   if (stamp) trace::header(trace::kProdEnd);
+  return i;
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 

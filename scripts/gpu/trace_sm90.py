@@ -2,7 +2,9 @@
 """Summarises a Hopper-kernel timeline dump (module built with -DDSV4_SM90_TRACE, bench run with
 DSV4_TRACE_OUT=file): median cycles of each step per chunk, per role, over all CTAs.
 
-Usage: trace_sm90.py TRACE_FILE [CTA]   (CTA: also print that CTA's stamps chunk by chunk)"""
+Usage: trace_sm90.py TRACE_FILE [CTA]   (CTA: also print that CTA's stamps chunk by chunk)
+A persistent CTA (several work items) numbers its chunks on across items (the first 48 are kept); its
+header stamps, and so the per-CTA summary, are those of its last item."""
 import struct
 import sys
 from statistics import median
@@ -72,8 +74,10 @@ def main(path, show_cta=None):
         start = r[START]
         print(f"CTA {show_cta} (SM {r[SM]}): init {(r[INIT] - start) & 0xFFFFFFFF}, Q ready "
               f"{(r[QREADY] - start) & 0xFFFFFFFF}, end {(r[WG0_END] - start) & 0xFFFFFFFF}")
-        for i in range(min(r[CHUNKS_RUN], chunks_max)):
+        for i in range(chunks_max):  # persistent CTAs: every item's chunks, numbered on
             row = r[HEADER + i * PER_CHUNK:HEADER + (i + 1) * PER_CHUNK]
+            if not any(row[s] for s in range(len(STEP_NAMES))):
+                continue
             print(f"  chunk {i:2d}: " + " ".join(f"{STEP_NAMES[s]}={(row[s] - start) & 0xFFFFFFFF:7d}"
                                                  for s in (P_TOP, P_EMPTY, P_DATA, P_FULL, W0_FULL,
                                                            W0_QK, W0_P, W0_PV, W1_P, W1_PV) if row[s] != 0))

@@ -50,6 +50,7 @@ struct explicit_case {
   int q_pad = 0;                 // elements after each (token, head) q row: a strided q view
   int max_splits = 0;            // DSV4_CUDA_MAX_SPLITS (0: the planner's choice)
   bool graph = false;            // also check graph capture and replay
+  int persistent = -1;           // DSV4_CUDA_PERSISTENT: at most this many wgmma CTAs, looping (-1: unset)
 };
 
 // Environment variables the module reads at plan creation, set for one plan.
@@ -451,6 +452,7 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
     if (c.small_chunk) env.set("DSV4_CUDA_CHUNK", "32");
     if (c.kernel != nullptr) env.set("DSV4_CUDA_KERNEL", c.kernel);
     if (c.max_splits > 0) env.set("DSV4_CUDA_MAX_SPLITS", std::to_string(c.max_splits));
+    if (c.persistent >= 0) env.set("DSV4_CUDA_PERSISTENT", std::to_string(c.persistent));
     plan_ptr = std::make_unique<plan_holder>(m.iface, ctx, P.options);
   }
   plan_holder& plan = *plan_ptr;
@@ -941,6 +943,64 @@ std::vector<explicit_case> explicit_cases() {
       d.special_rows = true;
     });
     split_case("sm90-splits5-v4-h64-qodd", 5, 64, [](explicit_case& d) { d.q_pad = 4; });
+  }
+  // Persistent CTAs of the wgmma kernel (forced few, so each loops over >= 4 work items): CTA
+  // pairs, a partial head group, head groups alternating per CTA (odd CTA counts), splits with
+  // their combine, every layout, NaN rows and extreme scales, graph replay.
+  {
+    explicit_case c;
+    c.name = "sm90-persist4-v4-h128";
+    c.heads = 128;
+    c.batch = 7;
+    c.topk = 200;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 130;
+    c.block = 61;
+    c.extra_block = 2;
+    c.special_rows = true;
+    c.persistent = 4;
+    add(c);
+    c.name = "sm90-persist5-bf16-h120";
+    c.heads = 120;
+    c.layout = c.extra_layout = DSV4_KV_LAYOUT_BF16;
+    c.special_rows = false;
+    c.persistent = 5;
+    c.graph = true;
+    add(c);
+    c.name = "sm90-persist3-per-tensor-h64";
+    c.heads = 64;
+    c.layout = c.extra_layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+    c.kv_scale = 0.75f;
+    c.batch = 13;
+    c.seq_q = 1;
+    c.persistent = 3;
+    c.graph = false;
+    add(c);
+    c.name = "sm90-persist3-splits3-v4-h96";
+    c.heads = 96;
+    c.layout = c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.kv_scale = 1.0f;
+    c.batch = 3;
+    c.seq_q = 2;
+    c.topk = 448;
+    c.extra_topk = 512;
+    c.extra_slots = 2048;
+    c.max_splits = 3;
+    c.persistent = 4;
+    add(c);
+  }
+  {
+    // The planner's own choice: uniform items (dense lists, no lengths), > 4 waves of CTAs on an H100
+    // or H200 (132 SMs: 560 items).
+    explicit_case c;
+    c.name = "sm90-persist-default-v4-h64-T560";
+    c.batch = 280;
+    c.topk = 64;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 64;
+    c.lengths = false;
+    c.extra_lengths = false;
+    add(c);
   }
   // The small-head kernel's 16-head tiles for > 32 heads (what the planner picks for runs of few
   // tokens): several head groups per token, a partial last group, splits, every layout.
