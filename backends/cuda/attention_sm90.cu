@@ -144,6 +144,12 @@ __device__ __forceinline__ uint32_t stage_offset(int r, int unit) {
   return static_cast<uint32_t>(r * kStageRowBytes + ((unit ^ (r & 7)) << 4));
 }
 
+// A thread's two output dims of 8-dim block j in accumulator row half h (row0 + 8 h), normalised,
+// as a bf16 pair.
+__device__ __forceinline__ uint32_t out_pair(const float* o, int j, int h, float factor) {
+  return pack_bf16(o[4 * j + 2 * h] * factor, o[4 * j + 2 * h + 1] * factor);
+}
+
 // Transposes v (4 x 4 words over the lanes of a quad, tig = lane % 4): lane tig's v[q] becomes
 // lane q's v[tig]. Two butterfly steps (lane distance 2, then 1), each swapping the half of v whose
 // index bit differs from the lane's.
@@ -190,8 +196,7 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
       const float factor = f_fin[r];
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
-        *reinterpret_cast<uint32_t*>(stage + stage_offset(r, j) + 4 * tig) =
-            pack_bf16(o[4 * j + 2 * h] * factor, o[4 * j + 2 * h + 1] * factor);
+        *reinterpret_cast<uint32_t*>(stage + stage_offset(r, j) + 4 * tig) = out_pair(o, j, h, factor);
       }
     }
     named_sync(5 + wg, 128);  // this warpgroup's staging is complete
@@ -220,10 +225,7 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
       for (int m = 0; m < 8; ++m) {
         uint32_t v[4];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int j = 4 * m + q;
-          v[q] = pack_bf16(o[4 * j + 2 * h] * factor, o[4 * j + 2 * h + 1] * factor);
-        }
+        for (int q = 0; q < 4; ++q) v[q] = out_pair(o, 4 * m + q, h, factor);
         quad_transpose(v, tig);
         if (r < rows) store_out_at(p, out0 + r * p.out.stride_h + 32 * m, make_uint4(v[0], v[1], v[2], v[3]));
       }
