@@ -721,7 +721,7 @@ __global__ void __launch_bounds__(128) combine_kernel(const attention_params p) 
 
 template <int HEAD_TILES, int CHUNK>
 cudaError_t launch_tiles(const attention_params& p, size_t smem, cudaStream_t stream) {
-  const int64_t ctas = static_cast<int64_t>(p.num_tokens) * p.head_groups * p.num_splits;
+  const int64_t ctas = item_count(p);
   constexpr int threads = attention_warps(HEAD_TILES, CHUNK) * 32;
   if (p.head_dim_qk == kV32HeadDimQK) {
     attention_kernel<HEAD_TILES, kV32HeadDimQK, CHUNK><<<static_cast<unsigned>(ctas), threads, smem, stream>>>(p);

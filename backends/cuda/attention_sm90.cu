@@ -188,46 +188,46 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
   if (tid == 0) trace::header(trace::kEpiBar);
   const int dim0 = wg * 256;
   const int64_t t = st.t;
-  if (kStaged && p.num_splits == 1) {
-    uint8_t* stage = st.smem + sm90_map::q + wg * kStageBytes;
+  if (p.num_splits == 1) {
+    const int rows = min(kRows, p.num_heads - st.head0);
+    if constexpr (kStaged) {
+      uint8_t* stage = st.smem + sm90_map::q + wg * kStageBytes;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = row0 + 8 * h;
-      const float factor = f_fin[r];
+      for (int h = 0; h < 2; ++h) {
+        const int r = row0 + 8 * h;
+        const float factor = f_fin[r];
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        *reinterpret_cast<uint32_t*>(stage + stage_offset(r, j) + 4 * tig) = out_pair(o, j, h, factor);
+        for (int j = 0; j < 32; ++j) {
+          *reinterpret_cast<uint32_t*>(stage + stage_offset(r, j) + 4 * tig) = out_pair(o, j, h, factor);
+        }
       }
-    }
-    named_sync(5 + wg, 128);  // this warpgroup's staging is complete
-    if (tid == 0) trace::header(trace::kEpiStaged);
-    // Thread: unit wtid % 32 of rows wtid / 32 + 4m (one warp writes one row's 512 bytes).
-    const int wtid = tid % 128;
-    const int unit = wtid % 32;
-    const int rows = min(kRows, p.num_heads - st.head0);
-    const int64_t out0 = token_offset(p.out, t, p.seq_q, st.head0) + dim0 + 8 * unit;
+      named_sync(5 + wg, 128);  // this warpgroup's staging is complete
+      if (tid == 0) trace::header(trace::kEpiStaged);
+      // Thread: unit wtid % 32 of rows wtid / 32 + 4m (one warp writes one row's 512 bytes).
+      const int wtid = tid % 128;
+      const int unit = wtid % 32;
+      const int64_t out0 = token_offset(p.out, t, p.seq_q, st.head0) + dim0 + 8 * unit;
 #pragma unroll 4
-    for (int r = wtid / 32; r < rows; r += 4) {
-      store_out_at(p, out0 + r * p.out.stride_h, *reinterpret_cast<const uint4*>(stage + stage_offset(r, unit)));
-    }
-    if (tid < rows) write_row_stats(p, t, st.head0 + tid, m_fin[tid], l_fin[tid]);
-  } else if (p.num_splits == 1) {
-    // Straight from the accumulators: a quad's four threads hold 2 dims each of 8-dim blocks
-    // 4m..4m+3 of a row; after a 4 x 4 transpose in the quad thread tig holds block 4m + tig whole,
-    // so each thread stores 16 bytes and a warp 64 contiguous bytes of each of 8 rows.
-    const int rows = min(kRows, p.num_heads - st.head0);
-    const int64_t out0 = token_offset(p.out, t, p.seq_q, st.head0) + dim0 + 8 * tig;
+      for (int r = wtid / 32; r < rows; r += 4) {
+        store_out_at(p, out0 + r * p.out.stride_h, *reinterpret_cast<const uint4*>(stage + stage_offset(r, unit)));
+      }
+    } else {
+      // Straight from the accumulators: a quad's four threads hold 2 dims each of 8-dim blocks
+      // 4m..4m+3 of a row; after a 4 x 4 transpose in the quad thread tig holds block 4m + tig whole,
+      // so each thread stores 16 bytes and a warp 64 contiguous bytes of each of 8 rows.
+      const int64_t out0 = token_offset(p.out, t, p.seq_q, st.head0) + dim0 + 8 * tig;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = row0 + 8 * h;
-      const float factor = f_fin[r];
+      for (int h = 0; h < 2; ++h) {
+        const int r = row0 + 8 * h;
+        const float factor = f_fin[r];
 #pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        uint32_t v[4];
+        for (int m = 0; m < 8; ++m) {
+          uint32_t v[4];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) v[q] = out_pair(o, 4 * m + q, h, factor);
-        quad_transpose(v, tig);
-        if (r < rows) store_out_at(p, out0 + r * p.out.stride_h + 32 * m, make_uint4(v[0], v[1], v[2], v[3]));
+          for (int q = 0; q < 4; ++q) v[q] = out_pair(o, 4 * m + q, h, factor);
+          quad_transpose(v, tig);
+          if (r < rows) store_out_at(p, out0 + r * p.out.stride_h + 32 * m, make_uint4(v[0], v[1], v[2], v[3]));
+        }
       }
     }
     if (tid < rows) write_row_stats(p, t, st.head0 + tid, m_fin[tid], l_fin[tid]);
@@ -300,7 +300,8 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
   float l_run[2] = {0.0f, 0.0f};  // this thread's share of the row sums
   const uint32_t q_desc = desc_lo(st.base + sm90_map::q, 16);
   const uint32_t k_desc0 = desc_lo(st.base + sm90_map::k, 16);         // K-major (S = Q K^T)
-  // A tensor-map Q: wait even without chunks, as the epilogue reuses the Q tile.
+  // A tensor-map Q: wait even without chunks (the staged epilogue reuses the Q tile, and q_bar must
+  // complete each phase before the next item's load).
   if (st.q_tma) {
     mbar_wait(st.q_bar, k & 1);
     if (tid == 0) trace::header(trace::kQReady);
@@ -534,7 +535,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
   // The producer rows of its first two jobs (see producer_copy / producer_convert).
   const bool pairs = CLUSTER > 1 && !row_format<L>::kBf16;
   const int r0 = 8 * ((tid % 128) / 32) + (tid & 7);
-  const int rows[2] = {pairs ? static_cast<int>(rank) * 32 + r0 : r0, pairs ? static_cast<int>(rank) * 32 + r0 : 32 + r0};
+  const int row_pair = static_cast<int>(rank) * 32 + r0;
+  const int rows[2] = {pairs ? row_pair : r0, pairs ? row_pair : 32 + r0};
   first_jobs first{};
   if (tid >= 256) first = speculate_first(p, t, st.c_begin, c_end, rows, pairs);
   if (tid < 2) store_list_count(p, t, tid, counts);
@@ -588,7 +590,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
   if (wg == 0) {
     set_max_registers_inc<192>();
     for_each_item<kPersistent>(p, st, [&](int k, int i0) {
-      return consumer0_item<CLUSTER, kPersistent, row_format<L>::kBf16, L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>(p, st, tid, i0, k);
+      constexpr bool kValueScale = L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+      return consumer0_item<CLUSTER, kPersistent, row_format<L>::kBf16, kValueScale>(p, st, tid, i0, k);
     });
   } else if (wg == 1) {
     set_max_registers_dec<160>();

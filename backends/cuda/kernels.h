@@ -70,6 +70,11 @@ struct attention_params {
   float* partial_ml;          // [T][splits][H][2]: running max (log2 domain) and sum
 };
 
+// Work items of a launch, one CTA each unless persistent: (token, key split, head group) triples.
+DSV4_HD int64_t item_count(const attention_params& p) {
+  return static_cast<int64_t>(p.num_tokens) * p.head_groups * p.num_splits;
+}
+
 // Bytes of a chunk's staging buffer for the caches in use (a pseudo-block of `chunk` entries).
 size_t attention_stage_bytes(uint32_t main_layout, uint32_t extra_layout, int chunk);
 // Dynamic shared memory of one attention CTA.

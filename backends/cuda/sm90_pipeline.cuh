@@ -505,14 +505,9 @@ __device__ __forceinline__ void set_item(cta_state& st, const attention_params& 
   st.head0 = group * heads_per_cta;
   st.c_begin = st.split * p.chunks_per_split;
 }
-// Work items of a launch: (token, key split, head group) triples.
-__device__ __forceinline__ int64_t item_count(const attention_params& p) {
-  return static_cast<int64_t>(p.num_tokens) * p.head_groups * p.num_splits;
-}
 
 // Start of a Hopper CTA: its shared-memory base (1024-byte aligned, as the 128B swizzle needs), the
-// dependent combine launch released early, and its work item: CTA index -> (token, key split, head
-// group of `heads_per_cta` heads), group fastest (the launch order of both kernels).
+// dependent combine launch released early, and its first work item (set_item of blockIdx.x).
 __device__ __forceinline__ void cta_begin(cta_state& st, uint8_t* smem_raw, const attention_params& p,
                                           int heads_per_cta) {
   const uint32_t raw_addr = smem_addr(smem_raw);
@@ -713,7 +708,7 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
 // Host: the launch of one CTA per (token, key split, head group), the order cta_begin decodes.
 inline cudaLaunchConfig_t cta_grid_config(const attention_params& p, int threads, size_t smem_bytes,
                                           cudaStream_t stream) {
-  const int64_t ctas = static_cast<int64_t>(p.num_tokens) * p.head_groups * p.num_splits;
+  const int64_t ctas = item_count(p);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(ctas));
   cfg.blockDim = dim3(threads);
