@@ -41,7 +41,7 @@ constexpr int kPerChunk = 12;   // stamps per chunk (enum step)
 constexpr int kChunks = 48;
 [[maybe_unused]] constexpr int kSlots = kHeader + kPerChunk * kChunks;
 enum step : int {
-  kProdTop, kProdEmpty, kProdData, kProdFull,  // FP8 producer: chunk start, buffer free, data in, handed over
+  kProdTop, kProdEmpty, kProdData, kProdFull,  // producer: chunk start, buffer free, data in (FP8), handed over
   kWg0Full, kWg0Qk, kWg0P, kWg0Pv,             // WG0: buffer ready, S done, P published, O done
   kWg1P, kWg1Pv,                               // WG1: P ready, O done
 };
@@ -558,18 +558,21 @@ __device__ __forceinline__ int producer_copy(const attention_params& p, const ct
   int32_t idx[kTok];
 #pragma unroll
   for (int k = 0; k < kTok; ++k) idx[k] = first_entry(p, walk, st.t, first, k, c);
+  const bool stamp = warp == 0 && lane == 0 && half == 0;  // trace builds only: one producer per CTA
   int i = 0;
   for (; c < walk.c_end; ++i) {
     const int c_next = walk.next_active(c + 1);
     const int li = walk.list_of(c);
     const int b = (i0 + i) & 1;
     const uint32_t parity = (((i0 + i) >> 1) & 1) ^ 1;  // the first use of a buffer does not wait
+    if (stamp) trace::chunk(i0 + i, trace::kProdTop);
     const uint8_t* src[kTok];
     const uint8_t* sc[kTok];
 #pragma unroll
     for (int k = 0; k < kTok; ++k) resolve_index<L>(p, li, idx[k], &src[k], &sc[k]);
     load_chunk_indices<kTok>(p, walk, c_next, st.t, rows, idx);
     mbar_wait(st.empty_bar + 8 * b, parity);  // the buffer (and its flags) of two chunks ago is consumed
+    if (stamp) trace::chunk(i0 + i, trace::kProdEmpty);
     const uint32_t kaddr = st.base + Map::k + b * kOperandBytes;
     uint32_t* valid = reinterpret_cast<uint32_t*>(st.smem + Map::valid) + b * kKeys;
 #pragma unroll
@@ -585,6 +588,7 @@ __device__ __forceinline__ int producer_copy(const attention_params& p, const ct
     }
     cp_async_arrive(st.full_bar + 8 * b);
     mbar_arrive(st.full_bar + 8 * b);
+    if (stamp) trace::chunk(i0 + i, trace::kProdFull);
     c = c_next;
   }
   return i;

@@ -55,8 +55,12 @@ def main(path, show_cta=None):
             tag = "first" if i == 0 else "steady"
             if r[HEADER + i * PER_CHUNK + P_EMPTY] != 0:
                 add(f"prod {tag}: top -> buffer free (wait)", ch(i, P_EMPTY) - ch(i, P_TOP))
-                add(f"prod {tag}: buffer free -> data in", ch(i, P_DATA) - ch(i, P_EMPTY))
-                add(f"prod {tag}: data in -> handed over", ch(i, P_FULL) - ch(i, P_DATA))
+                if r[HEADER + i * PER_CHUNK + P_DATA] != 0:  # FP8: the producer sees its data arrive
+                    add(f"prod {tag}: buffer free -> data in", ch(i, P_DATA) - ch(i, P_EMPTY))
+                    add(f"prod {tag}: data in -> handed over", ch(i, P_FULL) - ch(i, P_DATA))
+                else:  # bf16: copies issued, then they land on their own (WG0 sees the buffer full)
+                    add(f"prod {tag}: buffer free -> copies issued", ch(i, P_FULL) - ch(i, P_EMPTY))
+                    add(f"prod {tag}: buffer free -> WG0 sees it full", ch(i, W0_FULL) - ch(i, P_EMPTY))
                 if i + 1 < n:
                     add(f"prod {tag}: handed over -> next top", ch(i + 1, P_TOP) - ch(i, P_FULL))
                     add(f"prod {tag}: period", ch(i + 1, P_TOP) - ch(i, P_TOP))
