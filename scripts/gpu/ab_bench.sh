@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # A/B timing of the CUDA module against another version of it, case by case on one GPU.
-# Usage: [OLD_TREE=dir | OLD=git-rev] CASES='CONFIG2 b=2$;prefill h64' [ROUNDS=2] scripts/gpu/ab_bench.sh
+# Usage: [OLD_TREE=dir | OLD=git-rev] CASES='CONFIG2 b=2$;prefill h64' [ROUNDS=2] [EXTRA='v1=dir;v2=dir']
+#        [TRACE_CASE='prefill h64 topk 512 s_kv 8192$'] scripts/gpu/ab_bench.sh
 # OLD_TREE holds another version's include/ and backends/ (e.g. `git archive REV include backends | tar
 # -x -C dir`, made where git history is at hand); OLD=REV extracts it here. The current tree's module,
 # tests and benchmark are built (and its GPU tests run) by run_all.sh; the old module is built next to
-# it with the same flags; each case then runs old, new, old, new... so drift hits both alike.
+# it with the same flags; each case then runs old, new, old, new... so drift hits both alike. EXTRA names
+# more trees (include/ and backends/) timed in the same rotation; TRACE_CASE: each version's timeline
+# (a -DDSV4_SM90_TRACE module, scripts/gpu/trace_sm90.py) for those cases first.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export OUT=${OUT:-$PWD/gpu-out}
@@ -22,14 +25,37 @@ ARCH=${DSV4_CUDA_ARCH:-90a}
 export PATH=/usr/local/cuda/bin:$PATH
 eval "$(sed -n '/^MODULE_SOURCES/,/^}/p' scripts/gpu/run_all.sh)"
 OLD_TREE=$(cd "$OLD_TREE" && pwd)
-(cd "$OLD_TREE" && ROOT=$PWD build_module "$B/old.so" "$OUT/ab_build_old.log") || { tail "$OUT/ab_build_old.log"; exit 1; }
+declare -A TREE=([old]=$OLD_TREE [new]=$PWD)
+VERSIONS=(old new)
+IFS=';' read -r -a EXTRA_LIST <<<"${EXTRA:-}"
+for e in "${EXTRA_LIST[@]}"; do
+  TREE[${e%%=*}]=$(cd "${e#*=}" && pwd)
+  VERSIONS+=("${e%%=*}")
+done
+declare -A SO=([new]=$B/libdsv4-cuda.so)
+for v in "${VERSIONS[@]}"; do
+  [ $v = new ] && continue
+  SO[$v]=$B/ab-$v.so
+  (cd "${TREE[$v]}" && ROOT=$PWD build_module "${SO[$v]}" "$OUT/ab_build_$v.log") || { tail "$OUT/ab_build_$v.log"; exit 1; }
+done
+if [ -n "${TRACE_CASE:-}" ]; then
+  IFS=';' read -r -a TRACE_LIST <<<"$TRACE_CASE"
+  for v in "${VERSIONS[@]}"; do
+    (cd "${TREE[$v]}" && ROOT=$PWD build_module "$B/ab-trace-$v.so" "$OUT/ab_build_trace_$v.log" -DDSV4_SM90_TRACE) ||
+      { tail "$OUT/ab_build_trace_$v.log"; exit 1; }
+    for c in "${TRACE_LIST[@]}"; do
+      tag=$v-$(echo "$c" | tr -c 'a-zA-Z0-9' _)
+      echo "== trace $v: $c"
+      DSV4_TRACE_OUT="$OUT/trace_$tag.bin" "$B/bench_cuda" "$B/ab-trace-$v.so" "$c" 2>&1 | tail -1
+      python3 scripts/gpu/trace_sm90.py "$OUT/trace_$tag.bin" ${TRACE_CTA:-} | tee "$OUT/trace_$tag.txt"
+    done
+  done
+fi
 IFS=';' read -r -a CASE_LIST <<<"${CASES:?set CASES='name$;...'}"
 for ((r = 0; r < ${ROUNDS:-2}; ++r)); do
   for c in "${CASE_LIST[@]}"; do
-    for v in old new; do
-      so=$B/old.so
-      [ $v = new ] && so=$B/libdsv4-cuda.so
-      "$B/bench_cuda" "$so" "$c" 2>&1 | grep -vE "^(device|ceilings|case)" | sed "s/^/$v /"
+    for v in "${VERSIONS[@]}"; do
+      "$B/bench_cuda" "${SO[$v]}" "$c" 2>&1 | grep -vE "^(device|ceilings|case)" | sed "s/^/$v /"
     done
   done
 done | tee "$OUT/ab.log"
