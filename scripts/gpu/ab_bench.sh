@@ -20,10 +20,10 @@ if [ -z "${OLD_TREE:-}" ]; then
 fi
 bash scripts/gpu/run_all.sh test >"$OUT/ab_test.log" 2>&1
 grep -E "passed, .* failed" "$OUT/ab_test.log" | tail -1
-# build_module and its settings, exactly as run_all.sh defines them.
+# build_module, trace_case and their settings, exactly as run_all.sh defines them.
 ARCH=${DSV4_CUDA_ARCH:-90a}
 export PATH=/usr/local/cuda/bin:$PATH
-eval "$(sed -n '/^MODULE_SOURCES/,/^}/p' scripts/gpu/run_all.sh)"
+eval "$(sed -n '/^MODULE_SOURCES/,/^}/p; /^trace_case()/,/^}/p' scripts/gpu/run_all.sh)"
 OLD_TREE=$(cd "$OLD_TREE" && pwd)
 declare -A TREE=([old]=$OLD_TREE [new]=$PWD)
 VERSIONS=(old new)
@@ -46,8 +46,7 @@ if [ -n "${TRACE_CASE:-}" ]; then
     for c in "${TRACE_LIST[@]}"; do
       tag=$v-$(echo "$c" | tr -c 'a-zA-Z0-9' _)
       echo "== trace $v: $c"
-      DSV4_TRACE_OUT="$OUT/trace_$tag.bin" "$B/bench_cuda" "$B/ab-trace-$v.so" "$c" 2>&1 | tail -1
-      python3 scripts/gpu/trace_sm90.py "$OUT/trace_$tag.bin" ${TRACE_CTA:-} | tee "$OUT/trace_$tag.txt"
+      trace_case "$B/ab-trace-$v.so" "$c" "$tag"
     done
   done
 fi

@@ -36,6 +36,13 @@ build_module() {
   nvcc -shared "${objs[@]}" -cudart static -o "$so" >>"$logf" 2>&1
 }
 
+# trace_case TRACE_MODULE.so CASE TAG: the bench's last launch of CASE dumped by a -DDSV4_SM90_TRACE
+# module and summarised (scripts/gpu/trace_sm90.py; TRACE_CTA also lists that CTA chunk by chunk).
+trace_case() {
+  DSV4_TRACE_OUT="$OUT/trace_$3.bin" "$B/bench_cuda" "$1" "$2" 2>&1 | tail -3
+  python3 scripts/gpu/trace_sm90.py "$OUT/trace_$3.bin" ${TRACE_CTA:-} | tee "$OUT/trace_$3.txt"
+}
+
 build() {
   [ -f "$B/.built" ] && return 0
   log "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
@@ -124,8 +131,7 @@ for step in "${STEPS[@]}"; do
       for f in "${TRACE_CASES[@]}"; do
         tag=$(echo "$f" | tr -c 'a-zA-Z0-9' _)
         log "trace: $f"
-        DSV4_TRACE_OUT="$OUT/trace_$tag.bin" "$B/bench_cuda" "$B/libdsv4-cuda-trace.so" "$f" 2>&1 | tail -3
-        python3 scripts/gpu/trace_sm90.py "$OUT/trace_$tag.bin" | tee "$OUT/trace_$tag.txt"
+        trace_case "$B/libdsv4-cuda-trace.so" "$f" "$tag"
       done
       ;;
     cmake)
