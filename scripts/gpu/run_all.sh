@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the CUDA backend, its tests and its benchmark on a GPU machine, runs them and leaves logs in
-# $OUT (default ./gpu-out). Usage: scripts/gpu/run_all.sh [test|bench|sanitize|profile|sass|trace|cmake]...
+# $OUT (default ./gpu-out). Usage: scripts/gpu/run_all.sh [test|bench|sanitize|profile|sass|trace|probe|cmake]...
 # Direct nvcc/g++ builds (no dependency on the rest of the tree building); `cmake` also builds the
 # whole project with CMake/Ninja and runs ctest (conformance on CUDA when GTest is present).
 set -uo pipefail
@@ -132,6 +132,22 @@ for step in "${STEPS[@]}"; do
         tag=$(echo "$f" | tr -c 'a-zA-Z0-9' _)
         log "trace: $f"
         trace_case "$B/libdsv4-cuda-trace.so" "$f" "$tag"
+      done
+      ;;
+    probe)
+      # Row-gather probe (bench/gpu/gather_probe.cu): each copy method alone, tables in L2 and in HBM.
+      # PROBE_BUSY: what else the SM runs meanwhile (none, mma: S-like wgmma, alu: FMA chains).
+      nvcc -O2 -std=c++17 -gencode arch=compute_${ARCH},code=sm_${ARCH} -I$ROOT/include -I$ROOT/backends/include \
+        -I$ROOT/backends bench/gpu/gather_probe.cu -o "$B/gather_probe" || exit 1
+      log "gather_probe"
+      for busy in ${PROBE_BUSY:-none}; do
+        for rows in ${PROBE_ROWS:-8192 65536 1048576}; do
+          for depth in 1 2; do
+            for m in ${PROBE_METHODS:-cp4 cp8 cp4x2 tma regs bulk}; do
+              "$B/gather_probe" $m $rows $depth 64 $busy 2>&1 | tee -a "$OUT/probe.log"
+            done
+          done
+        done
       done
       ;;
     cmake)

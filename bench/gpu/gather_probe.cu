@@ -1,0 +1,382 @@
+// Row-gather probe for Hopper (sm_90a): how fast one CTA per SM gathers random 1 KB rows (512 bf16
+// dims, the bf16 cache's row) into 64-row, 128B-swizzled shared-memory buffers — the bf16
+// producer's job in attention_sm90.cu — by each copy method a kernel could use. No consumers: it
+// measures the copy path alone, with one or two buffers in flight. Not part of the library.
+//
+// Build: nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Iinclude -Ibackends/include
+//        -Ibackends bench/gpu/gather_probe.cu -o gather_probe   (or scripts/gpu/run_all.sh probe)
+// Run:   gather_probe METHOD TABLE_ROWS DEPTH [CHUNKS [BUSY]]
+//   METHOD cp4: cp.async 16 B, 4 lanes per row (a warp: 8 rows x 64 B), 128 threads (the kernel's);
+//          cp8: cp.async 16 B, 8 lanes per row (a warp: 4 rows x 128 B), 128 threads;
+//          cp4x2: cp4's map over 256 threads (one row each);
+//          tma: tensor-map boxes of 64 dims x 1 row (SWIZZLE_128B), 8 per row, 64 threads;
+//          regs: ld.global.v4 into registers, then st.shared (one chunk in flight), 128 threads;
+//          bulk: cp.async.bulk of whole rows, unswizzled (the bulk-copy engine), 64 threads.
+//   DEPTH  1: a chunk is issued once the previous one has landed (its latency); 2: two in flight.
+//   BUSY   none; mma: a warpgroup issues S-like wgmma (64 x 64 x 512, both operands in shared
+//          memory) back to back meanwhile; alu: two warpgroups run FMA chains (issue slots).
+// Each run checks the last two chunks of CTA 0 byte by byte against the table and prints one line:
+// method, table rows, depth, median time, TB/s over all SMs, bytes per cycle and SM, cycles per
+// chunk. The copies use the Hopper kernels' own PTX wrappers (sm90_pipeline.cuh).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/sm90_pipeline.cuh"
+#include "cuda/wgmma_ops.cuh"
+
+namespace gather_probe {
+
+using namespace dsv4::cuda;  // kKeys, kColBytes, sw128 and the PTX wrappers of the Hopper kernels
+
+constexpr int kRowBytes = 1024;
+constexpr int kBufBytes = kKeys * kRowBytes;
+static_assert(kBufBytes == kOperandBytes, "a buffer is one 64-row operand of the Hopper kernels");
+constexpr int kQBytes = kBufBytes;  // the busy warpgroup's A operand
+constexpr int kSmemBytes = 2 * kBufBytes + kQBytes + 1024 + 64;
+
+enum Method { kCp4, kCp8, kCp4x2, kTma, kRegs, kBulk };
+enum Busy { kNone, kMma, kAlu };
+__host__ __device__ constexpr int busy_threads(int busy) {
+  return busy == kMma ? 128 : busy == kAlu ? 256 : 0;
+}
+__host__ __device__ constexpr int threads_of(int m) {
+  return m == kCp4x2 ? 256 : (m == kTma || m == kBulk) ? 64 : 128;
+}
+
+struct Args {
+  const uint8_t* table;
+  const int* idx;  // [ctas][chunks][64]
+  int chunks;
+  int depth;
+  unsigned long long* cycles;
+  uint8_t* dump;  // CTA 0's two buffers at the end
+  float* sink;    // the busy threads' results (kept live)
+};
+
+// The busy warpgroups (threads 0.. of the CTA) until the copies are done (`flag` set).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+template <int BUSY>
+__device__ void busy_work(uint32_t base, volatile int* flag, volatile int* decision, float* sink) {
+  const int tid = threadIdx.x;
+  if constexpr (BUSY == kMma) {
+    const uint32_t q_lo = desc_lo(base + 2 * kBufBytes, 16);
+    const uint32_t k_lo = desc_lo(base, 16);
+    float s[32];
+    for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+    float acc = 0.0f;
+    for (int it = 0;; ++it) {
+      if (tid == 0) decision[it & 1] = *flag;
+      asm volatile("bar.sync 1, 128;\n" ::: "memory");
+      if (decision[it & 1]) break;
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 32; ++ks) {
+        const uint32_t off = (ks / 4) * kColBytes + (ks % 4) * 32;
+        wgmma_m64n64_ss(s, desc_at(q_lo, off), desc_at(k_lo, (it & 1) * kBufBytes + off),
+                        ks > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+      wgmma_wait0();
+      wgmma_fence_operands32(s);
+      acc += s[0];  // keeps the accumulators live (a constant index keeps them in registers)
+    }
+    sink[blockIdx.x * 1024 + tid] = acc;
+  } else if constexpr (BUSY == kAlu) {
+    float x = tid * 1e-3f, y = 1.0f;
+    while (!*flag) {
+#pragma unroll 64
+      for (int i = 0; i < 1024; ++i) y = fmaf(y, x, 0.5f);
+    }
+    sink[blockIdx.x * 1024 + tid] = y;
+  }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+template <int M, int BUSY>
+__global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ CUtensorMap map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t raw[];
+  const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(raw));
+  const uint32_t base = (raw_addr + 1023u) & ~1023u;
+  uint8_t* gbase = raw + (base - raw_addr);
+  const uint32_t bars = base + 2 * kBufBytes + kQBytes;
+  volatile int* flag = reinterpret_cast<volatile int*>(gbase + 2 * kBufBytes + kQBytes + 16);
+  if (threadIdx.x == 0) *flag = 0;
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < busy_threads(BUSY)) {
+    busy_work<BUSY>(base, flag, flag + 1, a.sink);
+    return;
+  }
+  const int tid = threadIdx.x - busy_threads(BUSY);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  if (tid == 0) {
+    // cp.async arrivals count per thread (.noinc); tensor / bulk copies: one arrive.expect_tx each.
+    for (int b = 0; b < 2; ++b) mbar_init(bars + 8 * b, threads_of(M));
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  asm volatile("bar.sync 2, %0;\n" ::"r"(threads_of(M)) : "memory");
+  const unsigned long long t0 = clock64();
+  const int* idx0 = a.idx + static_cast<size_t>(blockIdx.x) * a.chunks * kKeys;
+  for (int i = 0; i < a.chunks; ++i) {
+    const int b = i & 1;
+    const int wait_for = i - a.depth;  // the chunk whose landing frees this issue slot
+    if (wait_for >= 0) mbar_wait(bars + 8 * (wait_for & 1), (wait_for >> 1) & 1);
+    const uint32_t buf = base + b * kBufBytes;
+    const uint32_t bar = bars + 8 * b;
+    const int* idx = idx0 + i * kKeys;
+    if constexpr (M == kCp4 || M == kCp4x2) {
+      const int q = lane >> 3;
+      constexpr int kRowsPer = M == kCp4 ? 2 : 1;
+#pragma unroll
+      for (int k = 0; k < kRowsPer; ++k) {
+        const int r = 32 * k + 8 * warp + (lane & 7);
+        const uint8_t* src = a.table + static_cast<size_t>(idx[r]) * kRowBytes;
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+          cp_async16_zfill(buf + sw128(r, 4 * j + q), src + 16 * (4 * j + q), true);
+      }
+      cp_async_arrive(bar);
+    } else if constexpr (M == kCp8) {
+      const int e = lane & 7;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int r = 16 * k + 4 * warp + (lane >> 3);
+        const uint8_t* src = a.table + static_cast<size_t>(idx[r]) * kRowBytes;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          cp_async16_zfill(buf + sw128(r, 8 * j + e), src + 16 * (8 * j + e), true);
+      }
+      cp_async_arrive(bar);
+    } else if constexpr (M == kTma) {
+      const int r = tid;
+      const int row = idx[r];
+      mbar_arrive_expect_tx(bar, kRowBytes);
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+            "[%0], [%1, {%2, %3}], "
+            "[%4];\n" ::"r"(buf + c * kColBytes + r * 128),
+            "l"(reinterpret_cast<uint64_t>(&map)), "r"(64 * c), "r"(row), "r"(bar)
+            : "memory");
+      }
+    } else if constexpr (M == kBulk) {
+      const int r = tid;
+      mbar_arrive_expect_tx(bar, kRowBytes);
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+          "[%3];\n" ::"r"(buf + r * kRowBytes),
+          "l"(a.table + static_cast<size_t>(idx[r]) * kRowBytes), "r"(kRowBytes), "r"(bar)
+          : "memory");
+    } else {  // kRegs
+      const int q = lane >> 3;
+      uint4 v[2][16];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int r = 32 * k + 8 * warp + (lane & 7);
+        const uint8_t* src = a.table + static_cast<size_t>(idx[r]) * kRowBytes;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          v[k][j] = ld_nc16(src + 16 * (4 * j + q));
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int r = 32 * k + 8 * warp + (lane & 7);
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+          *reinterpret_cast<uint4*>(gbase + b * kBufBytes + sw128(r, 4 * j + q)) = v[k][j];
+      }
+      mbar_arrive(bar);
+    }
+  }
+  // Drain: the last chunks of both buffers.
+  for (int i = a.chunks - 2; i < a.chunks; ++i) mbar_wait(bars + 8 * (i & 1), (i >> 1) & 1);
+  const unsigned long long t1 = clock64();
+  if (tid == 0) {
+    a.cycles[blockIdx.x] = t1 - t0;
+    *flag = 1;
+  }
+  if (blockIdx.x == 0) {
+    for (int o = 16 * tid; o < 2 * kBufBytes; o += 16 * threads_of(M)) {
+      *reinterpret_cast<uint4*>(a.dump + o) = *reinterpret_cast<const uint4*>(gbase + o);
+    }
+  }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+#define CHECK(x)                                                                              \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::printf("error %s at %s:%d: %s\n", #x, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      return 2;                                                                               \
+    }                                                                                         \
+  } while (0)
+
+template <int M, int BUSY>
+cudaError_t launch(int ctas, const Args& a, const CUtensorMap& map) {
+  cudaError_t e =
+      cudaFuncSetAttribute(probe<M, BUSY>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (e != cudaSuccess) return e;
+  probe<M, BUSY><<<ctas, threads_of(M) + busy_threads(BUSY), kSmemBytes>>>(a, map);
+  return cudaGetLastError();
+}
+template <int BUSY>
+cudaError_t launch_busy(int m, int ctas, const Args& a, const CUtensorMap& map) {
+  switch (m) {
+    case kCp4:
+      return launch<kCp4, BUSY>(ctas, a, map);
+    case kCp8:
+      return launch<kCp8, BUSY>(ctas, a, map);
+    case kCp4x2:
+      return launch<kCp4x2, BUSY>(ctas, a, map);
+    case kTma:
+      return launch<kTma, BUSY>(ctas, a, map);
+    case kRegs:
+      return launch<kRegs, BUSY>(ctas, a, map);
+    default:
+      return launch<kBulk, BUSY>(ctas, a, map);
+  }
+}
+cudaError_t launch_method(int m, int busy, int ctas, const Args& a, const CUtensorMap& map) {
+  if (busy == kMma) return launch_busy<kMma>(m, ctas, a, map);
+  if (busy == kAlu) return launch_busy<kAlu>(m, ctas, a, map);
+  return launch_busy<kNone>(m, ctas, a, map);
+}
+
+}  // namespace gather_probe
+using namespace gather_probe;
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::printf("usage: gather_probe cp4|cp8|cp4x2|tma|regs|bulk TABLE_ROWS DEPTH [CHUNKS]\n");
+    return 1;
+  }
+  const std::string names[] = {"cp4", "cp8", "cp4x2", "tma", "regs", "bulk"};
+  int m = -1;
+  for (int i = 0; i < 6; ++i) {
+    if (names[i] == argv[1]) m = i;
+  }
+  const long long rows = std::atoll(argv[2]);
+  const int depth = std::atoi(argv[3]);
+  const int chunks = argc > 4 ? std::atoi(argv[4]) : 64;
+  const std::string busy_name = argc > 5 ? argv[5] : "none";
+  const int busy = busy_name == "mma" ? kMma : busy_name == "alu" ? kAlu : kNone;
+  if (m < 0 || rows < 64 || depth < 1 || depth > 2 || chunks < 2) {
+    std::printf("bad arguments\n");
+    return 1;
+  }
+  int dev = 0, sms = 0, khz = 0;
+  CHECK(cudaGetDevice(&dev));
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
+  const int ctas = sms;
+
+  // Table: word w of row R holds R * 256 + w, so every 16-byte unit names its row and position.
+  uint8_t* table = nullptr;
+  CHECK(cudaMalloc(&table, static_cast<size_t>(rows) * kRowBytes));
+  {
+    const long long chunk_rows = 1 << 16;
+    std::vector<uint32_t> h(static_cast<size_t>(chunk_rows) * 256);
+    for (long long r0 = 0; r0 < rows; r0 += chunk_rows) {
+      const long long n = std::min(chunk_rows, rows - r0);
+      for (long long r = 0; r < n; ++r) {
+        for (int w = 0; w < 256; ++w) h[r * 256 + w] = static_cast<uint32_t>((r0 + r) * 256 + w);
+      }
+      CHECK(cudaMemcpy(table + r0 * kRowBytes, h.data(), n * kRowBytes, cudaMemcpyHostToDevice));
+    }
+  }
+  std::vector<int> hidx(static_cast<size_t>(ctas) * chunks * kKeys);
+  std::mt19937_64 rng(0x5eed ^ static_cast<unsigned>(rows));
+  for (int& v : hidx) v = static_cast<int>(rng() % static_cast<unsigned long long>(rows));
+  int* idx = nullptr;
+  unsigned long long* cycles = nullptr;
+  uint8_t* dump = nullptr;
+  CHECK(cudaMalloc(&idx, hidx.size() * sizeof(int)));
+  CHECK(cudaMemcpy(idx, hidx.data(), hidx.size() * sizeof(int), cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&cycles, ctas * sizeof(unsigned long long)));
+  CHECK(cudaMalloc(&dump, 2 * kBufBytes));
+  float* sink = nullptr;
+  CHECK(cudaMalloc(&sink, static_cast<size_t>(ctas) * 1024 * sizeof(float)));
+
+  CUtensorMap map{};
+  if (m == kTma) {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                           &q));
+    auto encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+    cuuint64_t dims[2] = {512, static_cast<cuuint64_t>(rows)};
+    cuuint64_t strides[1] = {kRowBytes};
+    cuuint32_t box[2] = {64, 1};
+    cuuint32_t elem[2] = {1, 1};
+    const CUresult r =
+        encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, table, dims, strides, box, elem,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+      std::printf("%s: tensor map encode failed (%d)\n", argv[1], static_cast<int>(r));
+      return 2;
+    }
+  }
+  Args a{table, idx, chunks, depth, cycles, dump, sink};
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int rep = 0; rep < 7; ++rep) {
+    CHECK(cudaEventRecord(e0));
+    CHECK(launch_method(m, busy, ctas, a, map));
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (rep > 0) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::vector<unsigned long long> cyc(ctas);
+  CHECK(cudaMemcpy(cyc.data(), cycles, ctas * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+  std::sort(cyc.begin(), cyc.end());
+
+  // Check CTA 0's last two chunks: swizzled units, or whole rows for the bulk copies.
+  std::vector<uint8_t> hd(2 * kBufBytes);
+  CHECK(cudaMemcpy(hd.data(), dump, hd.size(), cudaMemcpyDeviceToHost));
+  long long bad = 0;
+  for (int i = chunks - 2; i < chunks; ++i) {
+    const uint8_t* buf = hd.data() + (i & 1) * kBufBytes;
+    for (int r = 0; r < kKeys; ++r) {
+      const uint32_t row = static_cast<uint32_t>(hidx[static_cast<size_t>(i) * kKeys + r]);
+      for (int u = 0; u < 64; ++u) {
+        const uint32_t off = m == kBulk
+                                 ? r * kRowBytes + 16 * u
+                                 : (u >> 3) * kColBytes + r * 128 + (((u & 7) ^ (r & 7)) << 4);
+        uint32_t w[4];
+        std::memcpy(w, buf + off, 16);
+        for (int k = 0; k < 4; ++k) bad += w[k] != row * 256 + 4 * u + k;
+      }
+    }
+  }
+  const double bytes = static_cast<double>(ctas) * chunks * kBufBytes;
+  const double med_ms = ms[ms.size() / 2];
+  const double med_cyc = static_cast<double>(cyc[cyc.size() / 2]);
+  std::printf(
+      "%-6s busy %-4s rows %9lld depth %d: %8.1f us  %5.2f TB/s  %5.1f B/cycle/SM  %6.0f "
+      "cycles/chunk  %s\n",
+      argv[1], busy_name.c_str(), rows, depth, med_ms * 1e3, bytes / (med_ms * 1e-3) / 1e12,
+      kBufBytes * chunks / med_cyc, med_cyc / chunks, bad == 0 ? "ok" : "WRONG BYTES");
+  (void)khz;
+  return bad == 0 ? 0 : 3;
+}
