@@ -65,6 +65,12 @@ struct Args {
 
 // The busy warpgroups (threads 0.. of the CTA) until the copies are done (`flag` set).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The bf16 producer's lane map (producer_copy): row k of a thread, 4 lanes per row; its 16-byte
+// pieces are units 4 j + (lane >> 3). Used by cp4, cp4x2 and regs.
+__device__ __forceinline__ int kernel_map_row(int k, int warp, int lane) {
+  return 32 * k + 8 * warp + (lane & 7);
+}
+
 template <int BUSY>
 __device__ void busy_work(uint32_t base, volatile int* flag, volatile int* decision, float* sink) {
   const int tid = threadIdx.x;
@@ -141,7 +147,7 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
       constexpr int kRowsPer = M == kCp4 ? 2 : 1;
 #pragma unroll
       for (int k = 0; k < kRowsPer; ++k) {
-        const int r = 32 * k + 8 * warp + (lane & 7);
+        const int r = kernel_map_row(k, warp, lane);
         const uint8_t* src = a.table + static_cast<size_t>(idx[r]) * kRowBytes;
 #pragma unroll
         for (int j = 0; j < 16; ++j)
@@ -185,7 +191,7 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
       uint4 v[2][16];
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
-        const int r = 32 * k + 8 * warp + (lane & 7);
+        const int r = kernel_map_row(k, warp, lane);
         const uint8_t* src = a.table + static_cast<size_t>(idx[r]) * kRowBytes;
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
@@ -194,7 +200,7 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
       }
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
-        const int r = 32 * k + 8 * warp + (lane & 7);
+        const int r = kernel_map_row(k, warp, lane);
 #pragma unroll
         for (int j = 0; j < 16; ++j)
           *reinterpret_cast<uint4*>(gbase + b * kBufBytes + sw128(r, 4 * j + q)) = v[k][j];
