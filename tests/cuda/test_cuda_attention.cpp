@@ -902,6 +902,32 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   {
+    // bf16 rows over many chunks (12 and 13 per token) with a sharp softmax, so the running max and
+    // the rescaling of O move a lot from chunk to chunk; odd block sizes.
+    explicit_case c;
+    c.name = "sm90-bf16-h64-sq3-sharp";
+    c.layout = c.extra_layout = DSV4_KV_LAYOUT_BF16;
+    c.seq_q = 3;
+    c.batch = 2;
+    c.topk = 700;
+    c.block = 37;
+    c.extra_topk = 90;
+    c.extra_block = 5;
+    c.softmax_scale = 0.4f;
+    add(c);
+    // Persistent CTAs over items of 0, 1 or 2 chunks (per-row lengths): buffer phases and the next
+    // item's Q carried across items that are empty or end on either buffer.
+    c.name = "sm90-persist3-bf16-h64-short";
+    c.seq_q = 1;
+    c.batch = 17;
+    c.topk = 64;
+    c.block = 64;
+    c.extra_topk = 33;
+    c.softmax_scale = 0.0f;
+    c.persistent = 3;
+    add(c);
+  }
+  {
     explicit_case c;  // q rows not 16-byte aligned (pitch 516): the Hopper kernel loads Q itself
     c.name = "sm90-v4-h64-qodd";
     c.heads = 64;
