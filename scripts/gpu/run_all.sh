@@ -43,14 +43,16 @@ trace_case() {
   python3 scripts/gpu/trace_sm90.py "$OUT/trace_$3.bin" ${TRACE_CTA:-} | tee "$OUT/trace_$3.txt"
 }
 
-# The sources the build reads, as one hash: a warm machine keeps $B between calls, and a build of
-# another tree must not pass for this one's.
-source_hash() {
-  find "$ROOT/include" "$ROOT/backends" "$ROOT/tests" "$ROOT/bench" -type f | sort | xargs cat | md5sum | cut -d' ' -f1
+# What the build reads (sources, this script's flags, the target architecture) as one hash: a warm
+# machine keeps $B between calls, and a build of another tree must not pass for this one's.
+build_hash() {
+  { echo "$ARCH"; find "$ROOT/include" "$ROOT/backends" "$ROOT/tests" "$ROOT/bench" "$ROOT/scripts/gpu/run_all.sh"     -type f | sort | xargs cat; } | md5sum | cut -d' ' -f1
 }
 
 build() {
-  [ "$(cat "$B/.built" 2>/dev/null)" = "$(source_hash)" ] && return 0
+  local hash
+  hash=$(build_hash)
+  [ "$(cat "$B/.built" 2>/dev/null)" = "$hash" ] && return 0
   log "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
   log "nvcc: $(nvcc --version | tail -1)"
   local inc="-I$ROOT/include -I$ROOT/backends/include -I$ROOT/backends"
@@ -70,7 +72,7 @@ build() {
       tests/common/reference.cpp $cudalib -lcublas -o "$B/bench_cuda" >"$OUT/build_bench.log" 2>&1 ||
       { cat "$OUT/build_bench.log"; return 1; }
   fi
-  source_hash >"$B/.built"
+  echo "$hash" >"$B/.built"
 }
 
 for step in "${STEPS[@]}"; do
