@@ -85,7 +85,9 @@ for step in "${STEPS[@]}"; do
       ;;
     sanitize)
       build || exit 1
-      IFS=';' read -r -a SAN_FILTERS <<<"${SANITIZE_FILTER:-h16;csr-v4-h64}"
+      # The persistent cases hand work items over between warpgroups: racecheck's timing exposes
+      # hand-over races that plain runs hide.
+      IFS=';' read -r -a SAN_FILTERS <<<"${SANITIZE_FILTER:-h16;csr-v4-h64;persist3-bf16;persist3-splits3}"
       for tool in memcheck racecheck; do
         for sf in "${SAN_FILTERS[@]}"; do
           log "compute-sanitizer $tool ($sf)"
