@@ -123,12 +123,20 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8_pow2_fast(uint2 raw, uint32_t e
   const uint32_t w[2] = {raw.x, raw.y};
   uint32_t o[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    // Bytes (2k, 2k+1) of the word into the high bytes of two 16-bit lanes, then shifted to bf16.
-    const uint32_t t = __byte_perm(w[i / 2], 0u, (i % 2) ? 0x3424u : 0x1404u);
-    const uint32_t bits = (t & 0x80008000u) | ((t >> 4) & 0x07f007f0u);
-    const __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits), mul);
-    o[i] = *reinterpret_cast<const uint32_t*>(&v);
+  for (int k = 0; k < 2; ++k) {
+    // Per word: the bytes' magnitudes, and their signs moved to bit 3 (the same masked word feeds
+    // pow2_fast_is_exact, so the compiler computes it once).
+    const uint32_t mag = w[k] & 0x7f7f7f7fu;
+    const uint32_t sgn = (w[k] >> 4) & 0x08080808u;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      // Byte 2h + j of mag and of sgn into the low and high byte of 16-bit lane j; shifted left by
+      // 4 the sign lands on bit 15 and the magnitude on bits 4..10: three operations per pair
+      // (permute, shift, multiply) where masking the sign and the magnitude apart took five.
+      const uint32_t bits = __byte_perm(mag, sgn, h ? 0x7362u : 0x5140u) << 4;
+      const __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&bits), mul);
+      o[2 * k + h] = *reinterpret_cast<const uint32_t*>(&v);
+    }
   }
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
