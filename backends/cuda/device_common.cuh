@@ -124,8 +124,8 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8_pow2_fast(uint2 raw, uint32_t e
   uint32_t o[4];
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    // Per word: the bytes' magnitudes, and their signs moved to bit 3 (the same masked word feeds
-    // pow2_fast_is_exact, so the compiler computes it once).
+    // Per word: the bytes' magnitudes (the same masked word as pow2_fast_is_exact's, which the
+    // compiler may share when both are inlined together), and their signs moved to bit 3.
     const uint32_t mag = w[k] & 0x7f7f7f7fu;
     const uint32_t sgn = (w[k] >> 4) & 0x08080808u;
 #pragma unroll
