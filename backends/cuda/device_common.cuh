@@ -21,9 +21,20 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
-// 16 bytes, or 16 zero bytes when !fill (src is then not read).
-__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool fill) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(fill ? 16 : 0) : "memory");
+// The L2 policy of gathered cache rows (attention_params::stream_rows): evict_first when a run reads
+// most rows once (decode), so they, not lines other kernels wrote, are the L2's first victims (a
+// dirty victim costs a write-back); evict_normal when tokens share rows (prefill).
+__device__ __forceinline__ uint64_t row_l2_policy(bool streamed) {
+  uint64_t first, normal;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(first));
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(normal));
+  return streamed ? first : normal;
+}
+// 16 bytes, or 16 zero bytes when !fill (src is then not read), under an L2 policy.
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool fill, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+               "r"(fill ? 16 : 0), "l"(policy)
+               : "memory");
 }
 __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));

@@ -58,6 +58,7 @@ struct attention_params {
   int32_t resident_ctas[2];   // Hopper wgmma kernel: CTAs / CTA pairs x 2 the device holds at once
                               // (persistent CTAs for many work items); 0: one CTA per item
   int32_t persistent_forced;  // persistent CTAs for uneven items too (DSV4_CUDA_PERSISTENT tests)
+  int32_t stream_rows;        // Hopper producers: rows are mostly read once, evicted first from L2
   dsv4_mod_token_view q;
   dsv4_mod_token_view out;
   dsv4_mod_token_view lse;

@@ -225,12 +225,14 @@ __device__ __forceinline__ void set_max_registers_dec() {
 // `L1::no_allocate` that took 2-5 % off every FP8 decode case on the H200 (CONFIG1 b=128 103.0 ->
 // 98.1 us, CONFIG2 b=64 139.0 -> 133.9, 8 heads 39.1 -> 37.4); the L2 prefetch size (none, 128 B,
 // 256 B) made no difference. The bf16 producer's cp.async stays `.cg`: through L1 (`.ca`) it was
-// 33-58 % slower.
-__device__ __forceinline__ uint4 ld_nc16(const uint8_t* p) {
+// 33-58 % slower. `streamed`: attention_params::stream_rows (the policy is made here, next to its
+// use: held across the producer loop, it cost the pair kernels spills).
+__device__ __forceinline__ uint4 ld_nc16(const uint8_t* p, bool streamed) {
+  const uint64_t policy = row_l2_policy(streamed);
   uint4 v;
-  asm volatile("ld.global.nc.L1::evict_last.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+  asm volatile("ld.global.nc.L1::evict_last.L2::cache_hint.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+               : "l"(p), "l"(policy));
   return v;
 }
 
@@ -276,7 +278,8 @@ __device__ __forceinline__ uint2 ld_nc8(const uint8_t* p) {
 
 // An invalid row (src nullptr) becomes zeros with scale 1, which convert to bf16 zeros.
 template <uint32_t L>
-__device__ __forceinline__ void load_share(row_share<L>& r, const uint8_t* src, const uint8_t* sc, int q) {
+__device__ __forceinline__ void load_share(row_share<L>& r, const uint8_t* src, const uint8_t* sc, int q,
+                                           bool streamed) {
   using F = row_format<L>;
   if (src == nullptr) {
 #pragma unroll
@@ -287,9 +290,9 @@ __device__ __forceinline__ void load_share(row_share<L>& r, const uint8_t* src, 
     return;
   }
 #pragma unroll
-  for (int g = 0; g < F::kFp8Groups; ++g) r.fp8[g] = ld_nc16(src + 64 * g + 16 * q);
+  for (int g = 0; g < F::kFp8Groups; ++g) r.fp8[g] = ld_nc16(src + 64 * g + 16 * q, streamed);
 #pragma unroll
-  for (int g = 0; g < F::kRopeGroups; ++g) r.rope[g] = ld_nc16(src + kNopeDim + 64 * g + 16 * q);
+  for (int g = 0; g < F::kRopeGroups; ++g) r.rope[g] = ld_nc16(src + kNopeDim + 64 * g + 16 * q, streamed);
   if constexpr (F::kV4) r.scales = ld_nc8(sc);
 }
 
@@ -361,11 +364,11 @@ __device__ __forceinline__ uint32_t store_share(const row_share<L>& r, const row
 // Rewrites the `inexact` groups of a thread's share of `row` through fp32 (reloading their bytes).
 template <uint32_t L, int CLUSTER>
 __device__ __forceinline__ void fix_groups(uint32_t inexact, const uint8_t* src, uint2 scales, const row_slots& slot,
-                                           int q, const chunk_dst& d) {
+                                           int q, const chunk_dst& d, bool streamed) {
 #pragma unroll 1
   for (; inexact != 0u; inexact &= inexact - 1u) {
     const int g = __ffs(inexact) - 1;
-    const uint4 w = ld_nc16(src + 64 * g + 16 * q);
+    const uint4 w = ld_nc16(src + 64 * g + 16 * q, streamed);
     const float s = ue8m0_to_f32(static_cast<uint8_t>(group_scale<L>(scales, g)));
     put_unit<CLUSTER>(d, g * kColBytes + slot.pair[0], fp8x8_to_bf16x8(make_uint2(w.x, w.y), s));
     put_unit<CLUSTER>(d, g * kColBytes + slot.pair[1], fp8x8_to_bf16x8(make_uint2(w.z, w.w), s));
@@ -564,6 +567,7 @@ __device__ __forceinline__ int producer_copy(const attention_params& p, const ct
 #pragma unroll
   for (int k = 0; k < kTok; ++k) idx[k] = first_entry(p, walk, st.t, first, k, c);
   const bool stamp = warp == 0 && lane == 0 && half == 0;  // trace builds only: one producer per CTA
+  const uint64_t policy = row_l2_policy(p.stream_rows != 0);
   int i = 0;
   for (; c < walk.c_end; ++i) {
     const int c_next = walk.next_active(c + 1);
@@ -587,7 +591,8 @@ __device__ __forceinline__ int producer_copy(const attention_params& p, const ct
 #pragma unroll
       for (int j = 0; j < kHeadDim / 8 / 4; ++j) {
         const int unit = 4 * j + q;  // column j / 2, slot quad[j % 2]
-        cp_async16_zfill(kaddr + (j / 2) * kColBytes + slots[k].quad[j % 2], row_src + (ok ? 16 * unit : 0), ok);
+        cp_async16_zfill(kaddr + (j / 2) * kColBytes + slots[k].quad[j % 2], row_src + (ok ? 16 * unit : 0), ok,
+                         policy);
       }
       if (q == 0) valid[rows[k]] = ok ? 1u : 0u;
     }
@@ -650,7 +655,7 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
     j.src = nullptr;
     j.sc = nullptr;
     if (c < walk.c_end) resolve_index<L>(p, walk.list_of(c), j.idx_next, &j.src, &j.sc);
-    load_share<L>(j.share, j.src, j.sc, q);
+    load_share<L>(j.share, j.src, j.sc, q, p.stream_rows != 0);
     j.idx_next = entry(advance(c), row);
   };
   convert_slot<L, CLUSTER> js[2];
@@ -691,7 +696,7 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
       if constexpr (CLUSTER > 1) st_async4(map_remote(smem_addr(valid + rows[s]), st.peer), ok, d.remote_bar);
     }
     const uint32_t inexact = store_share<L, CLUSTER>(j.share, slots[s], d);
-    if (inexact != 0u) fix_groups<L, CLUSTER>(inexact, j.src, j.share.scales, slots[s], q, d);
+    if (inexact != 0u) fix_groups<L, CLUSTER>(inexact, j.src, j.share.scales, slots[s], q, d, p.stream_rows != 0);
     if (kTok == 1 || s == 1) {
       // The tensor cores read the buffers through the async proxy; the peer's copy of this half
       // completes on its remote barrier.

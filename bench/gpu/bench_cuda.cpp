@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
+#include <string>
 
 #include "cuda_harness.h"
 
@@ -107,13 +108,96 @@ ceilings measure_ceilings() {
   return c;
 }
 
+// What is in L2 when a timed run starts. "memset" (default): a 256 MB memset, as FlashMLA's own
+// benchmark flushes (an 8 GB zero_() there); it leaves the whole L2 holding dirty lines, so the timed
+// run's misses also pay for their write-back. "read": a kernel reads a 256 MB buffer instead; the L2
+// then holds clean lines, and misses cost only their own read. DSV4_BENCH_FLUSH selects.
+// The read kernel is PTX, JIT-compiled by the driver (this file is built by the host compiler).
+const char kReadPtx[] = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry dsv4_bench_l2_read(.param .u64 src, .param .u64 words, .param .u64 sink) {
+  .reg .pred %p<2>;
+  .reg .b32 %r<12>;
+  .reg .b64 %rd<10>;
+  ld.param.u64 %rd1, [src];
+  ld.param.u64 %rd2, [words];
+  ld.param.u64 %rd3, [sink];
+  mov.u32 %r1, %ctaid.x;
+  mov.u32 %r2, %ntid.x;
+  mov.u32 %r3, %tid.x;
+  mov.u32 %r4, %nctaid.x;
+  mul.wide.u32 %rd4, %r1, %r2;
+  cvt.u64.u32 %rd5, %r3;
+  add.u64 %rd4, %rd4, %rd5;
+  mul.wide.u32 %rd6, %r4, %r2;
+  mov.u32 %r10, 0;
+  setp.ge.u64 %p1, %rd4, %rd2;
+  @%p1 bra DONE;
+LOOP:
+  shl.b64 %rd7, %rd4, 4;
+  add.u64 %rd8, %rd1, %rd7;
+  ld.global.v4.u32 {%r5, %r6, %r7, %r8}, [%rd8];
+  xor.b32 %r10, %r10, %r5;
+  xor.b32 %r10, %r10, %r6;
+  xor.b32 %r10, %r10, %r7;
+  xor.b32 %r10, %r10, %r8;
+  add.u64 %rd4, %rd4, %rd6;
+  setp.lt.u64 %p1, %rd4, %rd2;
+  @%p1 bra LOOP;
+DONE:
+  setp.ne.u32 %p1, %r10, 1592876781;
+  @%p1 bra END;
+  st.global.u32 [%rd3], %r10;
+END:
+  ret;
+}
+)";
+
+class l2_flush {
+ public:
+  explicit l2_flush(int sm_count) : buf_(size_t(256) << 20), sink_(4), blocks_(sm_count * 8) {
+    const char* mode = std::getenv("DSV4_BENCH_FLUSH");
+    read_ = mode != nullptr && std::string(mode) == "read";
+    if (mode != nullptr && !read_ && std::string(mode) != "memset") {
+      throw std::runtime_error("DSV4_BENCH_FLUSH: memset or read");
+    }
+    if (read_) {
+      CUDA_OK(cudaMemset(buf_.p, 0, buf_.bytes));  // XOR 0: the kernel never stores
+      CUDA_OK(cudaLibraryLoadData(&lib_, kReadPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
+      CUDA_OK(cudaLibraryGetKernel(&kernel_, lib_, "dsv4_bench_l2_read"));
+    }
+  }
+  ~l2_flush() {
+    if (lib_ != nullptr) cudaLibraryUnload(lib_);
+  }
+  const char* name() const { return read_ ? "read" : "memset"; }
+  void run(int rep) {
+    if (!read_) {
+      CUDA_OK(cudaMemsetAsync(buf_.p, rep & 0xff, buf_.bytes));
+      return;
+    }
+    uint64_t words = buf_.bytes / 16;
+    void* args[] = {&buf_.p, &words, &sink_.p};
+    CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(blocks_), dim3(256), args, 0, nullptr));
+  }
+
+ private:
+  dbuf buf_, sink_;
+  int blocks_;
+  bool read_ = false;
+  cudaLibrary_t lib_ = nullptr;
+  cudaKernel_t kernel_ = nullptr;
+};
+
 struct result {
   float us;
   double tflops, gbs_flashmla, gbs_gathered;
   char kernel[128];
 };
 
-result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64& rng, dbuf& flush) {
+result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64& rng, l2_flush& flush) {
   const int T = c.batch * c.seq_q;
   const int H = c.heads;
   const bool extra = c.extra_topk > 0;
@@ -245,7 +329,7 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   for (int i = 0; i < 3; ++i) DSV4_OK(m.iface->run(plan, &r));
   std::vector<float> times;
   for (int i = 0; i < 25; ++i) {
-    CUDA_OK(cudaMemsetAsync(flush.p, i & 0xff, flush.bytes));  // evict the L2
+    flush.run(i);
     CUDA_OK(cudaEventRecord(e0));
     DSV4_OK(m.iface->run(plan, &r));
     CUDA_OK(cudaEventRecord(e1));
@@ -373,9 +457,10 @@ int main(int argc, char** argv) {
     std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
     std::printf("ceilings: copy %.0f GB/s (read + write), cuBLAS bf16 GEMM 8192^3 %.0f TFLOP/s\n", ceil.copy_gbs,
                 ceil.gemm_tflops);
+    l2_flush flush(prop.multiProcessorCount);
+    std::printf("L2 before each timed run: %s flush (DSV4_BENCH_FLUSH=memset|read)\n", flush.name());
     std::printf("%-34s %10s %9s %11s %11s %8s %8s  %s\n", "case", "us", "TFLOP/s", "GB/s(FMLA)", "GB/s(gath)",
                 "%copy", "%gemm", "kernel");
-    dbuf flush(size_t(256) << 20);
     std::mt19937_64 rng(12345);
     for (const bench_case& c : cases()) {
       // A filter selects the cases whose name contains it; a trailing '$' asks for the exact name.

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # A/B timing of the CUDA module against another version of it, case by case on one GPU.
 # Usage: [OLD_TREE=dir | OLD=git-rev] CASES='CONFIG2 b=2$;prefill h64' [ROUNDS=2] [EXTRA='v1=dir;v2=dir']
-#        [TRACE_CASE='prefill h64 topk 512 s_kv 8192$'] scripts/gpu/ab_bench.sh
+#        [TRACE_CASE='prefill h64 topk 512 s_kv 8192$'] [FLUSH_MODES='memset read'] scripts/gpu/ab_bench.sh
 # OLD_TREE holds another version's include/ and backends/ (e.g. `git archive REV include backends | tar
 # -x -C dir`, made where git history is at hand); OLD=REV extracts it here. The current tree's module,
 # tests and benchmark are built (and its GPU tests run) by run_all.sh; the old module is built next to
 # it with the same flags; each case then runs old, new, old, new... so drift hits both alike. EXTRA names
-# more trees (include/ and backends/) timed in the same rotation; TRACE_CASE: each version's timeline
-# (a -DDSV4_SM90_TRACE module, scripts/gpu/trace_sm90.py) for those cases first.
+# more trees (include/ and backends/) timed in the same rotation; FLUSH_MODES: the L2 states
+# (DSV4_BENCH_FLUSH) each version is timed in, labelled version/mode when there are several;
+# TRACE_CASE: each version's timeline (a -DDSV4_SM90_TRACE module, scripts/gpu/trace_sm90.py) for
+# those cases first.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export OUT=${OUT:-$PWD/gpu-out}
@@ -51,10 +53,15 @@ if [ -n "${TRACE_CASE:-}" ]; then
   done
 fi
 IFS=';' read -r -a CASE_LIST <<<"${CASES:?set CASES='name$;...'}"
+read -r -a FLUSH_LIST <<<"${FLUSH_MODES:-memset}"
 for ((r = 0; r < ${ROUNDS:-2}; ++r)); do
   for c in "${CASE_LIST[@]}"; do
-    for v in "${VERSIONS[@]}"; do
-      "$B/bench_cuda" "${SO[$v]}" "$c" 2>&1 | grep -vE "^(device|ceilings|case)" | sed "s/^/$v /"
+    for f in "${FLUSH_LIST[@]}"; do
+      tag=$([ ${#FLUSH_LIST[@]} -gt 1 ] && echo "/$f")
+      for v in "${VERSIONS[@]}"; do
+        DSV4_BENCH_FLUSH=$f "$B/bench_cuda" "${SO[$v]}" "$c" 2>&1 | grep -vE "^(device|ceilings|case|L2 before)" |
+          sed "s|^|$v$tag |"
+      done
     done
   done
 done | tee "$OUT/ab.log"
