@@ -2,9 +2,10 @@
 // cases CONFIG1-4 (s_q 2, SWA list 128 on 256-token pages + extra list 512/1024 on 64/2-entry
 // blocks, 16384 keys per scope, sink on) at b = 2..256, the same with 8/16/32 heads and with the
 // bf16 cache, the plain-PyTorch comparison shapes, and sparse prefill (s_q 4096). Each timing:
-// CUDA events around one dsv4 run (list build / attention / combine), L2 flushed before each rep,
-// warm-up, median of 25. Also measures the device's copy bandwidth and cuBLAS bf16 GEMM rate.
-// Usage: bench_cuda <libdsv4-cuda.so> [filter]
+// CUDA events around one dsv4 run (list build / attention / combine), L2 flushed before each rep
+// (l2_flush: a memset, as FlashMLA's benchmark does, or a read), warm-up, median of 25. Also measures
+// the device's copy bandwidth and cuBLAS bf16 GEMM rate.
+// Usage: [DSV4_BENCH_FLUSH=memset|read] bench_cuda <libdsv4-cuda.so> [filter]
 #include <cublas_v2.h>
 
 #include <algorithm>
