@@ -36,7 +36,7 @@ constexpr int kOperandBytes = (kHeadDim / 64) * kColBytes;  // a 64-row Q tile o
 // first thread stamps the SM clock at the steps of every chunk into a per-CTA record, read back by
 // dsv4_cuda_sm90_trace_dump (scripts/gpu/trace_sm90.py summarises it).
 namespace trace {
-constexpr int kHeader = 16;     // smid, start clock, startup / epilogue stamps
+constexpr int kHeader = 20;     // smid, start clock, startup / epilogue stamps
 constexpr int kPerChunk = 12;   // stamps per chunk (enum step)
 constexpr int kChunks = 48;
 [[maybe_unused]] constexpr int kSlots = kHeader + kPerChunk * kChunks;
@@ -48,6 +48,8 @@ enum step : int {
 enum header : int {
   kSm, kStart, kQReady, kWg0Epi, kWg0End, kWg1End, kProdEnd, kChunksRun,
   kInit, kQIssued, kEpiBar, kEpiStaged, kGlobalStart, kGlobalEnd,
+  // FP8 producer: loop entered, first list entry in, slot 0 / 1 loads issued, slot 0's data in.
+  kProdEnter, kProdIdx, kProdIssued0, kProdIssued1, kProdData0,
 };
 #if defined(DSV4_SM90_TRACE)
 __device__ uint32_t* g_buf;
@@ -76,6 +78,11 @@ __device__ __forceinline__ uint32_t* record() {
   asm volatile("st.volatile.shared.u32 [%0], %1;\n" ::"r"(scratch), "r"(dep) : "memory");
   chunk(i, s);
 }
+[[maybe_unused]] __device__ __forceinline__ void header_after(int slot, uint32_t dep,
+                                                              uint32_t scratch) {
+  asm volatile("st.volatile.shared.u32 [%0], %1;\n" ::"r"(scratch), "r"(dep) : "memory");
+  header(slot);
+}
 // Host: points this file's kernels at the shared buffer (plan time), and gives them a launch's
 // record count (a synchronous copy: trace builds are not graph-capturable).
 [[maybe_unused]] inline cudaError_t attach() {
@@ -91,6 +98,7 @@ __device__ __forceinline__ uint32_t* record() {
 [[maybe_unused]] __device__ __forceinline__ void header(int) {}
 [[maybe_unused]] __device__ __forceinline__ void chunk(int, int) {}
 [[maybe_unused]] __device__ __forceinline__ void chunk_after(int, int, uint32_t, uint32_t) {}
+[[maybe_unused]] __device__ __forceinline__ void header_after(int, uint32_t, uint32_t) {}
 #endif
 }  // namespace trace
 
@@ -661,11 +669,21 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
   convert_slot<L, CLUSTER> js[2];
   const int c0 = walk.next_active(st.c_begin);
   const int c1 = kTok == 2 ? c0 : walk.next_active(c0 + 1);
+  if (stamp) trace::header(trace::kProdEnter);
 #pragma unroll
   for (int s = 0; s < 2; ++s) {
     const int c = s == 0 ? c0 : c1;
     js[s].idx_next = first_entry(p, walk, st.t, first, s, c);
+    if (s == 0 && stamp) {
+      trace::header_after(trace::kProdIdx, static_cast<uint32_t>(js[0].idx_next),
+                          smem_addr(st.smem + Map::counts + 8));
+    }
     issue(js[s], c, rows[s]);
+    if (stamp) trace::header(s == 0 ? trace::kProdIssued0 : trace::kProdIssued1);
+  }
+  if (stamp) {
+    trace::header_after(trace::kProdData0, js[0].share.fp8[0].x ^ js[0].share.scales.x,
+                        smem_addr(st.smem + Map::counts + 8));
   }
   // Converts slot s's job into chunk i's buffer, hands the buffer over when it is the chunk's last
   // job, then issues the slot's next job.

@@ -12,9 +12,9 @@ import struct
 import sys
 from statistics import median
 
-HEADER, PER_CHUNK = 16, 12
+HEADER, PER_CHUNK = 20, 12
 (SM, START, QREADY, WG0_EPI, WG0_END, WG1_END, PROD_END, CHUNKS_RUN, INIT, Q_ISSUED, EPI_BAR, EPI_STAGED,
- GSTART, GEND) = range(14)
+ GSTART, GEND, PROD_ENTER, PROD_IDX, PROD_ISSUED0, PROD_ISSUED1, PROD_DATA0) = range(19)
 (P_TOP, P_EMPTY, P_DATA, P_FULL, W0_FULL, W0_QK, W0_P, W0_PV, W1_P, W1_PV) = range(10)
 STEP_NAMES = ["p.top", "p.free", "p.data", "p.full", "w0.full", "w0.qk", "w0.p", "w0.pv", "w1.p", "w1.pv"]
 
@@ -45,6 +45,12 @@ def main(path, show_cta=None):
         add("cta: barriers initialised", rel(r[INIT]))
         add("cta: Q issued", rel(r[Q_ISSUED]))
         add("cta: Q ready", rel(r[QREADY]))
+        if r[PROD_ENTER] != 0:  # FP8 producers only
+            add("cta: producer loop entered", rel(r[PROD_ENTER]))
+            add("cta: producer first list entry in", rel(r[PROD_IDX]))
+            add("cta: producer slot 0 loads issued", rel(r[PROD_ISSUED0]))
+            add("cta: producer slot 1 loads issued", rel(r[PROD_ISSUED1]))
+            add("cta: producer slot 0 first data in", rel(r[PROD_DATA0]))
         add("cta: epilogue: barrier", rel(r[EPI_BAR]) - rel(r[WG0_EPI]))
         add("cta: epilogue: staged", rel(r[EPI_STAGED]) - rel(r[EPI_BAR]))
         add("cta: epilogue: stores", rel(r[WG0_END]) - rel(r[EPI_STAGED]))
