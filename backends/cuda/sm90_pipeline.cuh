@@ -73,14 +73,19 @@ __device__ __forceinline__ uint32_t* record() {
 [[maybe_unused]] __device__ __forceinline__ void chunk(int i, int s) {
   if (uint32_t* r = record(); r != nullptr && i < kChunks) r[kHeader + i * kPerChunk + s] = clock32();
 }
-// Stamps once `dep` (a loaded value) has arrived: the volatile shared store waits for it.
-[[maybe_unused]] __device__ __forceinline__ void chunk_after(int i, int s, uint32_t dep, uint32_t scratch) {
+// Waits until `dep` (a loaded value) has arrived: a volatile shared store of it to `scratch`.
+[[maybe_unused]] __device__ __forceinline__ void wait_value(uint32_t dep, uint32_t scratch) {
   asm volatile("st.volatile.shared.u32 [%0], %1;\n" ::"r"(scratch), "r"(dep) : "memory");
+}
+// Stamps once `dep` has arrived.
+[[maybe_unused]] __device__ __forceinline__ void chunk_after(int i, int s, uint32_t dep,
+                                                             uint32_t scratch) {
+  wait_value(dep, scratch);
   chunk(i, s);
 }
 [[maybe_unused]] __device__ __forceinline__ void header_after(int slot, uint32_t dep,
                                                               uint32_t scratch) {
-  asm volatile("st.volatile.shared.u32 [%0], %1;\n" ::"r"(scratch), "r"(dep) : "memory");
+  wait_value(dep, scratch);
   header(slot);
 }
 // Host: points this file's kernels at the shared buffer (plan time), and gives them a launch's
