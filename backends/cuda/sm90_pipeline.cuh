@@ -50,7 +50,9 @@ enum header : int {
   kInit, kQIssued, kEpiBar, kEpiStaged, kGlobalStart, kGlobalEnd,
   // FP8 producer: loop entered, first list entry in, slot 0 / 1 loads issued, slot 0's data in.
   kProdEnter, kProdIdx, kProdIssued0, kProdIssued1, kProdData0,
+  kHeaderStamps  // count (scripts/gpu/trace_sm90.py mirrors the order and kHeader)
 };
+static_assert(kHeaderStamps <= kHeader, "every header stamp has a slot");
 #if defined(DSV4_SM90_TRACE)
 __device__ uint32_t* g_buf;
 __device__ uint32_t g_ctas;
@@ -674,21 +676,21 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
   convert_slot<L, CLUSTER> js[2];
   const int c0 = walk.next_active(st.c_begin);
   const int c1 = kTok == 2 ? c0 : walk.next_active(c0 + 1);
+  const uint32_t stamp_scratch = smem_addr(st.smem + Map::counts + 8);  // trace builds: wait_value
   if (stamp) trace::header(trace::kProdEnter);
 #pragma unroll
   for (int s = 0; s < 2; ++s) {
     const int c = s == 0 ? c0 : c1;
     js[s].idx_next = first_entry(p, walk, st.t, first, s, c);
     if (s == 0 && stamp) {
-      trace::header_after(trace::kProdIdx, static_cast<uint32_t>(js[0].idx_next),
-                          smem_addr(st.smem + Map::counts + 8));
+      trace::header_after(trace::kProdIdx, static_cast<uint32_t>(js[0].idx_next), stamp_scratch);
     }
     issue(js[s], c, rows[s]);
     if (stamp) trace::header(s == 0 ? trace::kProdIssued0 : trace::kProdIssued1);
   }
   if (stamp) {
     trace::header_after(trace::kProdData0, js[0].share.fp8[0].x ^ js[0].share.scales.x,
-                        smem_addr(st.smem + Map::counts + 8));
+                        stamp_scratch);
   }
   // Converts slot s's job into chunk i's buffer, hands the buffer over when it is the chunk's last
   // job, then issues the slot's next job.
@@ -710,7 +712,7 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
       if (stamp) {
         trace::chunk(i, trace::kProdEmpty);
         trace::chunk_after(i, trace::kProdData, j.share.fp8[0].x ^ j.share.rope[0].x,
-                           smem_addr(st.smem + Map::counts + 8));
+                           stamp_scratch);
       }
     }
     const uint32_t ok = j.src != nullptr ? 1u : 0u;
