@@ -1,6 +1,7 @@
 // Row-gather probe for Hopper (sm_90a): how fast one CTA per SM gathers random 1 KB rows (512 bf16
 // dims, the bf16 cache's row) into 64-row, 128B-swizzled shared-memory buffers — the bf16
-// producer's job in attention_sm90.cu — by each copy method a kernel could use. No consumers: it
+// producer's job in attention_sm90.cu — by each copy method a kernel could use, and random FP8 rows
+// into registers by lane map (the FP8 producer's loads). No consumers: it
 // measures the copy path alone, with one or two buffers in flight. Not part of the library.
 //
 // Build: nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Iinclude -Ibackends/include
@@ -12,6 +13,14 @@
 //          tma: tensor-map boxes of 64 dims x 1 row (SWIZZLE_128B), 8 per row, 64 threads;
 //          regs: ld.global.v4 into registers, then st.shared (one chunk in flight), 128 threads;
 //          bulk: cp.async.bulk of whole rows, unswizzled (the bulk-copy engine), 64 threads.
+//   FP8 rows (576 data bytes of the 584 B layout, rows packed as in a 64-entry page, so every other
+//   row starts 64 bytes past a 128-byte line): ld.global.v4 into registers, then st.shared of the raw
+//   bytes (unswizzled), 256 threads (the small-head kernel's two producer warpgroups), DEPTH chunks
+//   of loads in flight per thread:
+//          f64: 4 lanes per row (a warp: 8 rows x 64 B, the Hopper FP8 producers' map), 9 loads;
+//          f128: 8 lanes per row (a warp: 4 rows x 128 B from the row's start), 2 rows x 5 loads;
+//          f128a: as f128, but the pieces start at 128-byte lines (a row 64 bytes past a line
+//                 begins with a 64-byte piece), so each piece is one line.
 //   DEPTH  1: a chunk is issued once the previous one has landed (its latency); 2: two in flight.
 //   BUSY   none; mma: a warpgroup issues S-like wgmma (64 x 64 x 512, both operands in shared
 //          memory) back to back meanwhile; alu: two warpgroups run FMA chains (issue slots).
@@ -44,14 +53,19 @@ static_assert(kBufBytes == kOperandBytes, "a buffer is one 64-row operand of the
 constexpr int kQBytes = kBufBytes;  // the busy warpgroup's A operand
 constexpr int kSmemBytes = 2 * kBufBytes + kQBytes + 1024 + 64;
 
-enum Method { kCp4, kCp8, kCp4x2, kTma, kRegs, kBulk };
+enum Method { kCp4, kCp8, kCp4x2, kTma, kRegs, kBulk, kF64, kF128, kF128a };
+constexpr int kMethods = 9;
 enum Busy { kNone, kMma, kAlu };
 __host__ __device__ constexpr int busy_threads(int busy) {
   return busy == kMma ? 128 : busy == kAlu ? 256 : 0;
 }
 __host__ __device__ constexpr int threads_of(int m) {
-  return m == kCp4x2 ? 256 : (m == kTma || m == kBulk) ? 64 : 128;
+  return (m == kCp4x2 || m >= kF64) ? 256 : (m == kTma || m == kBulk) ? 64 : 128;
 }
+constexpr int kFp8Row = 576;           // data bytes of an FP8 row (448 e4m3 + 64 bf16 rope)
+constexpr int kFp8Units = kFp8Row / 16;
+constexpr int kFp8Loads = 10;          // a thread's 16-byte loads per chunk (f64 uses 9)
+__host__ __device__ constexpr int chunk_bytes(int m) { return m >= kF64 ? kKeys * kFp8Row : kBufBytes; }
 
 struct Args {
   const uint8_t* table;
@@ -69,6 +83,46 @@ struct Args {
 // pieces are units 4 j + (lane >> 3). Used by cp4, cp4x2 and regs.
 __device__ __forceinline__ int kernel_map_row(int k, int warp, int lane) {
   return 32 * k + 8 * warp + (lane & 7);
+}
+
+// FP8 methods: load n of a thread's chunk job -> (row of the chunk, 16-byte unit of the row), unit
+// -1 for no load. table_row: the row's table index (its parity sets the line offset for f128a).
+template <int M>
+__device__ __forceinline__ int fp8_row_of(int n, int warp, int lane) {
+  if constexpr (M == kF64) return 8 * warp + (lane & 7);
+  return 32 * (n / 5) + 4 * warp + (lane >> 3);
+}
+template <int M>
+__device__ __forceinline__ int fp8_unit_of(int n, int lane, int table_row) {
+  int u;
+  if constexpr (M == kF64) {
+    u = n < 9 ? 4 * n + (lane >> 3) : -1;
+  } else {
+    const int shift = (M == kF128a && (table_row & 1)) ? 4 : 0;  // 576 * odd = 64 mod 128
+    u = 8 * (n % 5) + (lane & 7) - shift;
+  }
+  return (u >= 0 && u < kFp8Units) ? u : -1;
+}
+struct fp8_job {
+  uint4 v[kFp8Loads];
+};
+template <int M>
+__device__ __forceinline__ void fp8_load(fp8_job& j, const uint8_t* table, const int* idx, int warp, int lane) {
+#pragma unroll
+  for (int n = 0; n < kFp8Loads; ++n) {
+    const int row = idx[fp8_row_of<M>(n, warp, lane)];
+    const int u = fp8_unit_of<M>(n, lane, row);
+    if (u >= 0) j.v[n] = ld_nc16(table + static_cast<size_t>(row) * kFp8Row + 16 * u, true);
+  }
+}
+template <int M>
+__device__ __forceinline__ void fp8_store(const fp8_job& j, uint8_t* buf, const int* idx, int warp, int lane) {
+#pragma unroll
+  for (int n = 0; n < kFp8Loads; ++n) {
+    const int r = fp8_row_of<M>(n, warp, lane);
+    const int u = fp8_unit_of<M>(n, lane, idx[r]);
+    if (u >= 0) *reinterpret_cast<uint4*>(buf + r * kFp8Row + 16 * u) = j.v[n];
+  }
 }
 
 template <int BUSY>
@@ -135,6 +189,9 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
   asm volatile("bar.sync 2, %0;\n" ::"r"(threads_of(M)) : "memory");
   const unsigned long long t0 = clock64();
   const int* idx0 = a.idx + static_cast<size_t>(blockIdx.x) * a.chunks * kKeys;
+  const uint64_t policy = row_l2_policy(true);
+  fp8_job cur, next;
+  if constexpr (M >= kF64) fp8_load<M>(cur, a.table, idx0, warp, lane);
   for (int i = 0; i < a.chunks; ++i) {
     const int b = i & 1;
     const int wait_for = i - a.depth;  // the chunk whose landing frees this issue slot
@@ -151,7 +208,7 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
         const uint8_t* src = a.table + static_cast<size_t>(idx[r]) * kRowBytes;
 #pragma unroll
         for (int j = 0; j < 16; ++j)
-          cp_async16_zfill(buf + sw128(r, 4 * j + q), src + 16 * (4 * j + q), true);
+          cp_async16_zfill(buf + sw128(r, 4 * j + q), src + 16 * (4 * j + q), true, policy);
       }
       cp_async_arrive(bar);
     } else if constexpr (M == kCp8) {
@@ -162,7 +219,7 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
         const uint8_t* src = a.table + static_cast<size_t>(idx[r]) * kRowBytes;
 #pragma unroll
         for (int j = 0; j < 8; ++j)
-          cp_async16_zfill(buf + sw128(r, 8 * j + e), src + 16 * (8 * j + e), true);
+          cp_async16_zfill(buf + sw128(r, 8 * j + e), src + 16 * (8 * j + e), true, policy);
       }
       cp_async_arrive(bar);
     } else if constexpr (M == kTma) {
@@ -186,6 +243,17 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
           "[%3];\n" ::"r"(buf + r * kRowBytes),
           "l"(a.table + static_cast<size_t>(idx[r]) * kRowBytes), "r"(kRowBytes), "r"(bar)
           : "memory");
+    } else if constexpr (M >= kF64) {
+      // Chunk i's loads were issued an iteration ago (DEPTH 2) or are issued now (DEPTH 1).
+      const bool ahead = a.depth == 2 && i + 1 < a.chunks;
+      if (ahead) fp8_load<M>(next, a.table, idx + kKeys, warp, lane);
+      fp8_store<M>(cur, gbase + b * kBufBytes, idx, warp, lane);
+      mbar_arrive(bar);
+      if (ahead) {
+        cur = next;
+      } else if (i + 1 < a.chunks) {
+        fp8_load<M>(cur, a.table, idx + kKeys, warp, lane);
+      }
     } else {  // kRegs
       const int q = lane >> 3;
       uint4 v[2][16];
@@ -195,7 +263,7 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
         const uint8_t* src = a.table + static_cast<size_t>(idx[r]) * kRowBytes;
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
-          v[k][j] = ld_nc16(src + 16 * (4 * j + q));
+          v[k][j] = ld_nc16(src + 16 * (4 * j + q), true);
         }
       }
 #pragma unroll
@@ -253,6 +321,12 @@ cudaError_t launch_busy(int m, int ctas, const Args& a, const CUtensorMap& map) 
       return launch<kTma, BUSY>(ctas, a, map);
     case kRegs:
       return launch<kRegs, BUSY>(ctas, a, map);
+    case kF64:
+      return launch<kF64, BUSY>(ctas, a, map);
+    case kF128:
+      return launch<kF128, BUSY>(ctas, a, map);
+    case kF128a:
+      return launch<kF128a, BUSY>(ctas, a, map);
     default:
       return launch<kBulk, BUSY>(ctas, a, map);
   }
@@ -268,12 +342,12 @@ using namespace gather_probe;
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::printf("usage: gather_probe cp4|cp8|cp4x2|tma|regs|bulk TABLE_ROWS DEPTH [CHUNKS]\n");
+    std::printf("usage: gather_probe cp4|cp8|cp4x2|tma|regs|bulk|f64|f128|f128a TABLE_ROWS DEPTH [CHUNKS [BUSY]]\n");
     return 1;
   }
-  const std::string names[] = {"cp4", "cp8", "cp4x2", "tma", "regs", "bulk"};
+  const std::string names[kMethods] = {"cp4", "cp8", "cp4x2", "tma", "regs", "bulk", "f64", "f128", "f128a"};
   int m = -1;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < kMethods; ++i) {
     if (names[i] == argv[1]) m = i;
   }
   const long long rows = std::atoll(argv[2]);
@@ -291,7 +365,8 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
   const int ctas = sms;
 
-  // Table: word w of row R holds R * 256 + w, so every 16-byte unit names its row and position.
+  // Table: every 32-bit word holds its own word index (word w of 1 KB row R: R * 256 + w), so every
+  // 16-byte unit names its position, for 1 KB rows and 576-byte FP8 rows alike.
   uint8_t* table = nullptr;
   CHECK(cudaMalloc(&table, static_cast<size_t>(rows) * kRowBytes));
   {
@@ -365,6 +440,14 @@ int main(int argc, char** argv) {
     const uint8_t* buf = hd.data() + (i & 1) * kBufBytes;
     for (int r = 0; r < kKeys; ++r) {
       const uint32_t row = static_cast<uint32_t>(hidx[static_cast<size_t>(i) * kKeys + r]);
+      if (m >= kF64) {
+        for (int u = 0; u < kFp8Units; ++u) {
+          uint32_t w[4];
+          std::memcpy(w, buf + r * kFp8Row + 16 * u, 16);
+          for (int k = 0; k < 4; ++k) bad += w[k] != (row * kFp8Row + 16 * u) / 4 + k;
+        }
+        continue;
+      }
       for (int u = 0; u < 64; ++u) {
         const uint32_t off = m == kBulk
                                  ? r * kRowBytes + 16 * u
@@ -375,14 +458,14 @@ int main(int argc, char** argv) {
       }
     }
   }
-  const double bytes = static_cast<double>(ctas) * chunks * kBufBytes;
+  const double bytes = static_cast<double>(ctas) * chunks * chunk_bytes(m);
   const double med_ms = ms[ms.size() / 2];
   const double med_cyc = static_cast<double>(cyc[cyc.size() / 2]);
   std::printf(
       "%-6s busy %-4s rows %9lld depth %d: %8.1f us  %5.2f TB/s  %5.1f B/cycle/SM  %6.0f "
       "cycles/chunk  %s\n",
       argv[1], busy_name.c_str(), rows, depth, med_ms * 1e3, bytes / (med_ms * 1e-3) / 1e12,
-      kBufBytes * chunks / med_cyc, med_cyc / chunks, bad == 0 ? "ok" : "WRONG BYTES");
+      static_cast<double>(chunk_bytes(m)) * chunks / med_cyc, med_cyc / chunks, bad == 0 ? "ok" : "WRONG BYTES");
   (void)khz;
   return bad == 0 ? 0 : 3;
 }
