@@ -38,6 +38,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/sm90_pipeline.cuh"
@@ -105,22 +106,25 @@ __device__ __forceinline__ int fp8_unit_of(int n, int lane, int table_row) {
 }
 struct fp8_job {
   uint4 v[kFp8Loads];
+  int table_row[2];  // the table rows of the job's chunk rows (f64: one; f128, f128a: two)
 };
 template <int M>
 __device__ __forceinline__ void fp8_load(fp8_job& j, const uint8_t* table, const int* idx, int warp, int lane) {
 #pragma unroll
+  for (int k = 0; k < 2; ++k) j.table_row[k] = idx[fp8_row_of<M>(5 * k, warp, lane)];
+#pragma unroll
   for (int n = 0; n < kFp8Loads; ++n) {
-    const int row = idx[fp8_row_of<M>(n, warp, lane)];
+    const int row = j.table_row[n / 5];
     const int u = fp8_unit_of<M>(n, lane, row);
     if (u >= 0) j.v[n] = ld_nc16(table + static_cast<size_t>(row) * kFp8Row + 16 * u, true);
   }
 }
 template <int M>
-__device__ __forceinline__ void fp8_store(const fp8_job& j, uint8_t* buf, const int* idx, int warp, int lane) {
+__device__ __forceinline__ void fp8_store(const fp8_job& j, uint8_t* buf, int warp, int lane) {
 #pragma unroll
   for (int n = 0; n < kFp8Loads; ++n) {
     const int r = fp8_row_of<M>(n, warp, lane);
-    const int u = fp8_unit_of<M>(n, lane, idx[r]);
+    const int u = fp8_unit_of<M>(n, lane, j.table_row[n / 5]);
     if (u >= 0) *reinterpret_cast<uint4*>(buf + r * kFp8Row + 16 * u) = j.v[n];
   }
 }
@@ -247,7 +251,7 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
       // Chunk i's loads were issued an iteration ago (DEPTH 2) or are issued now (DEPTH 1).
       const bool ahead = a.depth == 2 && i + 1 < a.chunks;
       if (ahead) fp8_load<M>(next, a.table, idx + kKeys, warp, lane);
-      fp8_store<M>(cur, gbase + b * kBufBytes, idx, warp, lane);
+      fp8_store<M>(cur, gbase + b * kBufBytes, warp, lane);
       mbar_arrive(bar);
       if (ahead) {
         cur = next;
@@ -308,28 +312,16 @@ cudaError_t launch(int ctas, const Args& a, const CUtensorMap& map) {
   probe<M, BUSY><<<ctas, threads_of(M) + busy_threads(BUSY), kSmemBytes>>>(a, map);
   return cudaGetLastError();
 }
+// Launches method m (a run-time value) by matching it against every Method in turn.
+template <int BUSY, int... Ms>
+cudaError_t launch_busy(int m, int ctas, const Args& a, const CUtensorMap& map, std::integer_sequence<int, Ms...>) {
+  cudaError_t e = cudaErrorInvalidValue;
+  ((m == Ms ? (e = launch<Ms, BUSY>(ctas, a, map), true) : false) || ...);
+  return e;
+}
 template <int BUSY>
 cudaError_t launch_busy(int m, int ctas, const Args& a, const CUtensorMap& map) {
-  switch (m) {
-    case kCp4:
-      return launch<kCp4, BUSY>(ctas, a, map);
-    case kCp8:
-      return launch<kCp8, BUSY>(ctas, a, map);
-    case kCp4x2:
-      return launch<kCp4x2, BUSY>(ctas, a, map);
-    case kTma:
-      return launch<kTma, BUSY>(ctas, a, map);
-    case kRegs:
-      return launch<kRegs, BUSY>(ctas, a, map);
-    case kF64:
-      return launch<kF64, BUSY>(ctas, a, map);
-    case kF128:
-      return launch<kF128, BUSY>(ctas, a, map);
-    case kF128a:
-      return launch<kF128a, BUSY>(ctas, a, map);
-    default:
-      return launch<kBulk, BUSY>(ctas, a, map);
-  }
+  return launch_busy<BUSY>(m, ctas, a, map, std::make_integer_sequence<int, kMethods>{});
 }
 cudaError_t launch_method(int m, int busy, int ctas, const Args& a, const CUtensorMap& map) {
   if (busy == kMma) return launch_busy<kMma>(m, ctas, a, map);
