@@ -403,7 +403,7 @@ std::vector<bench_case> cases() {
   // bf16 cache, same decode shapes (and the plain-PyTorch comparison shapes: 640 / 1152 keys).
   for (const cfg& k : configs) {
     if (k.extra_block == 2) continue;
-    for (int b : {2, 64, 128}) {
+    for (int b : {2, 64, 128, 256}) {
       bench_case c;
       c.name = std::string(k.name) + " bf16 b=" + std::to_string(b);
       c.layout = DSV4_KV_LAYOUT_BF16;
