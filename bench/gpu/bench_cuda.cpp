@@ -367,8 +367,10 @@ std::vector<bench_case> cases() {
                          {"CONFIG2", 128, 1024, 64, false},
                          {"CONFIG3", 64, 1024, 2, true},
                          {"CONFIG4", 128, 1024, 2, true}};
+  // FlashMLA's decode batch sizes, timed for the FP8 and the bf16 caches alike.
+  const int decode_batches[] = {2, 64, 128, 256};
   for (const cfg& k : configs) {
-    for (int b : {2, 64, 128, 256}) {
+    for (int b : decode_batches) {
       bench_case c;
       c.name = std::string(k.name) + " b=" + std::to_string(b);
       c.heads = k.heads;
@@ -403,7 +405,7 @@ std::vector<bench_case> cases() {
   // bf16 cache, same decode shapes (and the plain-PyTorch comparison shapes: 640 / 1152 keys).
   for (const cfg& k : configs) {
     if (k.extra_block == 2) continue;
-    for (int b : {2, 64, 128, 256}) {
+    for (int b : decode_batches) {
       bench_case c;
       c.name = std::string(k.name) + " bf16 b=" + std::to_string(b);
       c.layout = DSV4_KV_LAYOUT_BF16;
