@@ -653,29 +653,62 @@ __device__ __forceinline__ float cta128_reduce(float v, float* red) {
   return kMax ? fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])) : (red[0] + red[1]) + (red[2] + red[3]);
 }
 
-// Merges the split partials of one (token, head): 128 threads x 4 dims. Every split's (max, sum) is
-// read in parallel (one split per thread), the weights go through shared memory, and the partial O
-// loads are unrolled so that many are in flight: small runs are latency bound here.
-constexpr int kCombineWeights = 1024;  // splits whose weights shared memory holds (more: recomputed)
-__global__ void __launch_bounds__(128) combine_kernel(const attention_params p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the attention grid's partials are complete
-#endif
+constexpr int kCombineFastSplits = 12;  // splits the one-pass merge handles (every small run)
+constexpr int kCombineWeights = 1024;   // splits whose weights the general merge holds (more: recomputed)
+// Merges the partials of one (token, head) when there are at most kCombineFastSplits splits (every
+// small run): each thread loads every split's (max, sum) pair itself (the same addresses across the
+// CTA: one L2 round trip, served to all warps) next to its 4 dims of every split's partial O, so the
+// whole merge waits on a single round trip, with no shared memory and no barriers (H200, against the
+// general merge: CONFIG2 b=2 24.0 -> 22.4 us, CONFIG1 bf16 b=2 14.2 -> 13.6; landing the same loads
+// in shared memory by cp.async, 30 registers instead of ~100, was slower: CONFIG2 b=2 23.7).
+__device__ __forceinline__ void combine_row_few(const attention_params& p, int64_t t, int h, const float* ml,
+                                                int64_t ml_step, const float* po, int64_t o_step, int d) {
+  const int S = p.num_splits;
+  float4 v[kCombineFastSplits];
+  float2 stat[kCombineFastSplits];
+#pragma unroll
+  for (int s = 0; s < kCombineFastSplits; ++s) {
+    if (s < S) {
+      v[s] = __ldcg(reinterpret_cast<const float4*>(po + s * o_step));
+      stat[s] = __ldcg(reinterpret_cast<const float2*>(ml + s * ml_step));
+    }
+  }
+  float m = -INFINITY;
+#pragma unroll
+  for (int s = 0; s < kCombineFastSplits; ++s) {
+    if (s < S) m = fmaxf(m, stat[s].x);
+  }
+  const float m_use = m == -INFINITY ? 0.0f : m;
+  float l = 0.0f;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int s = 0; s < kCombineFastSplits; ++s) {
+    if (s >= S) break;
+    const float w = split_weight(stat[s].x, m_use);
+    if (w < 0.0f) continue;  // the split saw no valid key: its partial O is zero
+    l += stat[s].y * w;
+    acc[0] += v[s].x * w;
+    acc[1] += v[s].y * w;
+    acc[2] += v[s].z * w;
+    acc[3] += v[s].w * w;
+  }
+  const float factor = row_output_factor(p, h, m, l);
+  store_out(p, t, h, d,
+            make_uint2(pack_bf16(acc[0] * factor, acc[1] * factor), pack_bf16(acc[2] * factor, acc[3] * factor)));
+  if (threadIdx.x == 0) write_row_stats(p, t, h, m, l);
+}
+
+// Merges the partials of one (token, head) when there are more than kCombineFastSplits splits:
+// every split's (max, sum) is read in parallel (one split per thread), the weights go through
+// shared memory, and the partial O loads are unrolled so that many are in flight.
+__device__ __forceinline__ void combine_row_many(const attention_params& p, int64_t t, int h, const float* ml,
+                                                 int64_t ml_step, const float* po, int64_t o_step, int d) {
+  const int S = p.num_splits;
   __shared__ float weight[kCombineWeights];
   __shared__ float red[4];
-  const int64_t th = blockIdx.x;
-  const int h = static_cast<int>(th % p.num_heads);
-  const int64_t t = th / p.num_heads;
-  const int S = p.num_splits;
-  const float* ml = p.partial_ml + (t * S * p.num_heads + h) * 2;
-  const int64_t ml_step = static_cast<int64_t>(p.num_heads) * 2;
   // Partial O: eight splits' loads in flight at a time, the first eight issued before the weights
-  // are known. The partials come from L2; one round trip per split made this kernel take 6-8 us at
-  // b = 2 (H200). (A slot whose weight turns out unused is read all the same: it lies inside the
+  // are known. (A slot whose weight turns out unused is read all the same: it lies inside the
   // partials of this run's splits, and its values are never used.)
-  const int d = threadIdx.x * 4;
-  const float* po = p.partial_o + (t * S * p.num_heads + h) * kHeadDim + d;
-  const int64_t o_step = static_cast<int64_t>(p.num_heads) * kHeadDim;
   constexpr int kBatch = 8;
   float4 v[kBatch];
   auto load_batch = [&](int s0) {
@@ -717,6 +750,29 @@ __global__ void __launch_bounds__(128) combine_kernel(const attention_params p) 
   store_out(p, t, h, d,
             make_uint2(pack_bf16(acc[0] * factor, acc[1] * factor), pack_bf16(acc[2] * factor, acc[3] * factor)));
   if (threadIdx.x == 0) write_row_stats(p, t, h, m, l);
+}
+
+// Merges the split partials of one (token, head): 128 threads x 4 dims. Two kernels, so that the
+// one-pass merge's CTAs (kFew) carry neither the general merge's registers nor its shared memory.
+template <bool kFew>
+__global__ void __launch_bounds__(128) combine_kernel(const attention_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the attention grid's partials are complete
+#endif
+  const int64_t th = blockIdx.x;
+  const int h = static_cast<int>(th % p.num_heads);
+  const int64_t t = th / p.num_heads;
+  const int S = p.num_splits;
+  const float* ml = p.partial_ml + (t * S * p.num_heads + h) * 2;
+  const int64_t ml_step = static_cast<int64_t>(p.num_heads) * 2;
+  const int d = threadIdx.x * 4;
+  const float* po = p.partial_o + (t * S * p.num_heads + h) * kHeadDim + d;
+  const int64_t o_step = static_cast<int64_t>(p.num_heads) * kHeadDim;
+  if constexpr (kFew) {
+    combine_row_few(p, t, h, ml, ml_step, po, o_step, d);
+  } else {
+    combine_row_many(p, t, h, ml, ml_step, po, o_step, d);
+  }
 }
 
 template <int HEAD_TILES, int CHUNK>
@@ -810,8 +866,13 @@ cudaError_t attention_launch(const attention_params& p, size_t smem_bytes, cudaS
 
 cudaError_t combine_launch(const attention_params& p, cudaStream_t stream) {
   const int64_t blocks = static_cast<int64_t>(p.num_tokens) * p.num_heads;
+  const bool few = p.num_splits <= kCombineFastSplits;
   if (!p.dependent_combine) {
-    combine_kernel<<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
+    if (few) {
+      combine_kernel<true><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
+    } else {
+      combine_kernel<false><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
+    }
     return cudaGetLastError();
   }
   // Programmatic dependent launch: the combine grid's launch overlaps the attention grid's tail
@@ -826,7 +887,7 @@ cudaError_t combine_launch(const attention_params& p, cudaStream_t stream) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, combine_kernel, p);
+  return few ? cudaLaunchKernelEx(&cfg, combine_kernel<true>, p) : cudaLaunchKernelEx(&cfg, combine_kernel<false>, p);
 }
 
 }  // namespace cuda

@@ -935,8 +935,9 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   // Key splits of the wgmma kernel and their combine: 15 chunks per token split 2, 3, 5, 8 or 15
-  // ways; partial head groups, CTA pairs, every layout, NaN rows and extreme scales, per-batch
-  // lengths, unaligned q, and graph replay.
+  // ways, 12 chunks 12 ways (up to 12 splits: the combine's one-pass merge); partial head groups,
+  // CTA pairs, every layout, NaN rows and extreme scales, per-batch lengths, unaligned q, and graph
+  // replay.
   {
     explicit_case c;
     c.batch = 1;
@@ -969,6 +970,13 @@ std::vector<explicit_case> explicit_cases() {
       d.special_rows = true;
     });
     split_case("sm90-splits5-v4-h64-qodd", 5, 64, [](explicit_case& d) { d.q_pad = 4; });
+    // The largest split count of the combine's one-pass merge (kCombineFastSplits), CTA pairs.
+    split_case("sm90-splits12-v4-h128-b2", 12, 128, [](explicit_case& d) {
+      d.topk = 256;  // 4 + 8 chunks: one per split
+      d.batch = 2;
+      d.special_rows = true;
+      d.lengths_per_batch = true;
+    });
   }
   // Persistent CTAs of the wgmma kernel (forced few, so each loops over >= 4 work items): CTA
   // pairs, a partial head group, head groups alternating per CTA (odd CTA counts), splits with
