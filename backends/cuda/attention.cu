@@ -655,6 +655,21 @@ __device__ __forceinline__ float cta128_reduce(float v, float* red) {
 
 constexpr int kCombineFastSplits = 12;  // splits the one-pass merge handles (every small run)
 constexpr int kCombineWeights = 1024;   // splits whose weights the general merge holds (more: recomputed)
+// acc += w * one split's 4 dims of partial O.
+__device__ __forceinline__ void combine_add(float* acc, float4 v, float w) {
+  acc[0] += v.x * w;
+  acc[1] += v.y * w;
+  acc[2] += v.z * w;
+  acc[3] += v.w * w;
+}
+// The merged row's 4 dims at d, normalised (sink), and its lse / max_logits (thread 0).
+__device__ __forceinline__ void combine_finish(const attention_params& p, int64_t t, int h, int d, const float* acc,
+                                               float m, float l) {
+  const float factor = row_output_factor(p, h, m, l);
+  store_out(p, t, h, d,
+            make_uint2(pack_bf16(acc[0] * factor, acc[1] * factor), pack_bf16(acc[2] * factor, acc[3] * factor)));
+  if (threadIdx.x == 0) write_row_stats(p, t, h, m, l);
+}
 // Merges the partials of one (token, head) when there are at most kCombineFastSplits splits (every
 // small run): each thread loads every split's (max, sum) pair itself (the same addresses across the
 // CTA: one L2 round trip, served to all warps) next to its 4 dims of every split's partial O, so the
@@ -687,15 +702,9 @@ __device__ __forceinline__ void combine_row_few(const attention_params& p, int64
     const float w = split_weight(stat[s].x, m_use);
     if (w < 0.0f) continue;  // the split saw no valid key: its partial O is zero
     l += stat[s].y * w;
-    acc[0] += v[s].x * w;
-    acc[1] += v[s].y * w;
-    acc[2] += v[s].z * w;
-    acc[3] += v[s].w * w;
+    combine_add(acc, v[s], w);
   }
-  const float factor = row_output_factor(p, h, m, l);
-  store_out(p, t, h, d,
-            make_uint2(pack_bf16(acc[0] * factor, acc[1] * factor), pack_bf16(acc[2] * factor, acc[3] * factor)));
-  if (threadIdx.x == 0) write_row_stats(p, t, h, m, l);
+  combine_finish(p, t, h, d, acc, m, l);
 }
 
 // Merges the partials of one (token, head) when there are more than kCombineFastSplits splits:
@@ -729,7 +738,6 @@ __device__ __forceinline__ void combine_row_many(const attention_params& p, int6
     l += ml[s * ml_step + 1] * (w < 0.0f ? 0.0f : w);
   }
   l = cta128_reduce<false>(l, red);  // its barriers also publish the weights
-  const float factor = row_output_factor(p, h, m, l);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (l != 0.0f) {
     for (int s0 = 0; s0 < S; s0 += kBatch) {
@@ -740,16 +748,11 @@ __device__ __forceinline__ void combine_row_many(const attention_params& p, int6
         if (s >= S) break;
         const float w = s < kCombineWeights ? weight[s] : split_weight(ml[s * ml_step], m_use);
         if (w < 0.0f) continue;  // the split saw no valid key: its partial O is zero
-        acc[0] += v[k].x * w;
-        acc[1] += v[k].y * w;
-        acc[2] += v[k].z * w;
-        acc[3] += v[k].w * w;
+        combine_add(acc, v[k], w);
       }
     }
   }
-  store_out(p, t, h, d,
-            make_uint2(pack_bf16(acc[0] * factor, acc[1] * factor), pack_bf16(acc[2] * factor, acc[3] * factor)));
-  if (threadIdx.x == 0) write_row_stats(p, t, h, m, l);
+  combine_finish(p, t, h, d, acc, m, l);
 }
 
 // Merges the split partials of one (token, head): 128 threads x 4 dims. Two kernels, so that the
