@@ -625,10 +625,11 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       const int h = head0 + (pv_tile0 + j) * 16 + g + 8 * half;
       if (h >= p.num_heads) continue;
       float* po = p.partial_o + (base + h) * kHeadDim;
+      static_assert(NV % 2 == 0, "n-tile pairs");
 #pragma unroll
-      for (int n = 0; n < NV; ++n) {
-        const int d = dim0 + n * 8 + 2 * tig;
-        *reinterpret_cast<float2*>(po + d) = make_float2(o[j][n][2 * half], o[j][n][2 * half + 1]);
+      for (int n = 0; n < NV; n += 2) {
+        store_partial_pair(po, dim0 + n * 8, tig, o[j][n][2 * half], o[j][n][2 * half + 1], o[j][n + 1][2 * half],
+                           o[j][n + 1][2 * half + 1]);
       }
     }
     if (tid < HT && head0 + tid < p.num_heads) {
@@ -662,12 +663,14 @@ __device__ __forceinline__ void combine_add(float* acc, float4 v, float w) {
   acc[2] += v.z * w;
   acc[3] += v.w * w;
 }
-// The merged row's 4 dims at d, normalised (sink), and its lse / max_logits (thread 0).
+// The merged row's partial unit at d (dims as partial_unit_lane maps them), normalised (sink), and
+// its lse / max_logits (thread 0).
 __device__ __forceinline__ void combine_finish(const attention_params& p, int64_t t, int h, int d, const float* acc,
                                                float m, float l) {
   const float factor = row_output_factor(p, h, m, l);
-  store_out(p, t, h, d,
-            make_uint2(pack_bf16(acc[0] * factor, acc[1] * factor), pack_bf16(acc[2] * factor, acc[3] * factor)));
+  const int d0 = (d & ~15) + 2 * partial_unit_lane((d >> 2) & 3);
+  store_out(p, t, h, d0, pack_bf16(acc[0] * factor, acc[1] * factor));
+  store_out(p, t, h, d0 + 8, pack_bf16(acc[2] * factor, acc[3] * factor));
   if (threadIdx.x == 0) write_row_stats(p, t, h, m, l);
 }
 // Merges the partials of one (token, head) when there are at most kCombineFastSplits splits (every

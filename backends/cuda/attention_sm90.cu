@@ -43,6 +43,10 @@ constexpr int kThreads = 384;                      // three warpgroups
 constexpr int kPBytes = kRows * kAtomBytes;        // P: 64 heads x 64 keys bf16 (8 KB)
 constexpr int kStageRowBytes = 256 * 2;           // one warpgroup's bf16 output row (256 dims)
 constexpr int kStageBytes = kRows * kStageRowBytes;  // one warpgroup's output staging (32 KB)
+// Every kernel comes in two forms, one per epilogue (kSplit: split partials, else the output), so
+// that runs without key splits carry no partial-store code: with both behind a test of num_splits,
+// bf16 CONFIG2 b=64 / b=128 ran 1.6 % slower on an H200 (101.9 / 196.8 against 100.7 / 193.6 us),
+// and moving stores in the split branch alone changed prefill by 1.2 %.
 
 // Shared-memory map (offsets from a 1024-byte aligned base).
 struct sm90_map {
@@ -177,7 +181,7 @@ __device__ __forceinline__ void quad_transpose(uint32_t* v, int tig) {
 // warpgroups are past the barrier) so that every store writes whole rows; persistent CTAs, whose
 // next Q may be loading already, write straight from the accumulators (H200: 2-3 % slower for
 // single-item CTAs, e.g. CONFIG4 b=256 372 -> 383 us).
-template <bool kStaged>
+template <bool kSplit, bool kStaged>
 __device__ __forceinline__ void epilogue(const attention_params& p, const cta_state& st, int k, int wg, int tid,
                                          int row0, int tig, const float* o) {
   const row_fin fin = fin_rows(st, k);
@@ -188,7 +192,7 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
   if (tid == 0) trace::header(trace::kEpiBar);
   const int dim0 = wg * 256;
   const int64_t t = st.t;
-  if (p.num_splits == 1) {
+  if constexpr (!kSplit) {
     const int rows = min(kRows, p.num_heads - st.head0);
     if constexpr (kStaged) {
       uint8_t* stage = st.smem + sm90_map::q + wg * kStageBytes;
@@ -237,10 +241,12 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
     for (int h = 0; h < 2; ++h) {
       const int head = st.head0 + row0 + 8 * h;
       if (head >= p.num_heads) continue;
-      float* po = p.partial_o + (pbase + head) * kHeadDim + dim0 + 2 * tig;
+      float* po = p.partial_o + (pbase + head) * kHeadDim + dim0;
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        *reinterpret_cast<float2*>(po + 8 * j) = make_float2(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
+      for (int j = 0; j < 32; j += 2) {
+        // Persistent kernels (kStaged false) have no registers for the wide stores.
+        store_partial_pair<kStaged>(po, 8 * j, tig, o[4 * j + 2 * h], o[4 * j + 2 * h + 1], o[4 * j + 4 + 2 * h],
+                                    o[4 * j + 4 + 2 * h + 1]);
       }
     }
     if (tid < kRows && st.head0 + tid < p.num_heads) {
@@ -283,7 +289,7 @@ constexpr uint32_t kEmptyArrivals = 256u + 8u * (CLUSTER - 1);
 // The CTA's k-th work item (st0: the CTA's state): i0 chunks ran before it (buffer / barrier
 // phases continue from there). Returns the CTA's chunk count after it. (WG0 has no registers to
 // spare: WG1 prepares the next item's Q and sinks.)
-template <int CLUSTER, bool kPersistent, bool kCopied, bool kValueScale>
+template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied, bool kValueScale>
 __device__ __forceinline__ int consumer0_item(const attention_params& p, const cta_state& st0, int tid, int i0,
                                               int k) {
   const cta_state st = item_state<kPersistent>(p, st0, k);
@@ -426,7 +432,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     fin.f[row0] = row_output_factor_sink(fin.sink[row0], m_run[0], l_run[0]);
     fin.f[row0 + 8] = row_output_factor_sink(fin.sink[row0 + 8], m_run[1], l_run[1]);
   }
-  epilogue<!kPersistent>(p, item_state<kPersistent>(p, st0, k), k, 0, tid, row0, tig, o);
+  epilogue<kSplit, !kPersistent>(p, item_state<kPersistent>(p, st0, k), k, 0, tid, row0, tig, o);
   if (tid == 0) {
     trace::header(trace::kWg0End);
 #if defined(DSV4_SM90_TRACE)
@@ -442,7 +448,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
 // prefetches its Q into L2 at the start and loads it into the Q tile once WG0's last S of this item
 // is done (WG0 has published the last chunk's P; the epilogue leaves the Q tile alone), and 64
 // threads store its sinks.
-template <int CLUSTER, bool kPersistent, bool kCopied>
+template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied>
 __device__ __forceinline__ int consumer1_item(const attention_params& p, const cta_state& st0, int tid, int i0, int k,
                                               const CUtensorMap* q_map) {
   const cta_state st = item_state<kPersistent>(p, st0, k);
@@ -497,7 +503,7 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
   }
   // The next item's sinks into the other copy (the epilogue's barrier orders them before WG0's reads).
   if (next && wtid < kRows) store_sinks(p, item_state<kPersistent>(p, st0, k + 1), k + 1, wtid);
-  epilogue<!kPersistent>(p, item_state<kPersistent>(p, st0, k), k, 1, tid, row0, lane % 4, o);
+  epilogue<kSplit, !kPersistent>(p, item_state<kPersistent>(p, st0, k), k, 1, tid, row0, lane % 4, o);
   // An item without chunks: its Q was never read, but the next load may only start once WG0 has
   // waited for this one (it has, past the epilogue's barrier): a barrier two phases ahead of a
   // waiter looks like one that has not moved.
@@ -510,7 +516,8 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
 // L: the layout of both caches (one layout per kernel: a loop that dispatches between layouts
 // keeps every layout's addressing live at once and spills).
 // kPersistent: a grid smaller than the work items (tensor-map Q), each CTA looping over items.
-template <uint32_t L, int CLUSTER, bool kPersistent>
+// kSplit: the run has key splits (p.num_splits > 1): the epilogue writes partials.
+template <uint32_t L, int CLUSTER, bool kPersistent, bool kSplit>
 // q_map (q_tma != 0): Q as [batch][s_q][heads][512] bf16 boxes of 64 dims x 64 heads in the kernel's
 // 128B swizzle (heads past the end read as zeros), loaded by the tensor-memory accelerator.
 __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __grid_constant__ attention_params p,
@@ -591,13 +598,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
     set_max_registers_inc<192>();
     for_each_item<kPersistent>(p, st, [&](int k, int i0) {
       constexpr bool kValueScale = L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
-      return consumer0_item<CLUSTER, kPersistent, row_format<L>::kBf16, kValueScale>(p, st, tid, i0, k);
+      return consumer0_item<kSplit, CLUSTER, kPersistent, row_format<L>::kBf16, kValueScale>(p, st, tid, i0, k);
     });
   } else if (wg == 1) {
     set_max_registers_dec<160>();
     for_each_item<kPersistent>(
         p, st, [&](int k, int i0) {
-          return consumer1_item<CLUSTER, kPersistent, row_format<L>::kBf16>(p, st, tid, i0, k, &q_map);
+          return consumer1_item<kSplit, CLUSTER, kPersistent, row_format<L>::kBf16>(p, st, tid, i0, k, &q_map);
         });
   } else {
     set_max_registers_dec<152>();
@@ -624,13 +631,31 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
 template <uint32_t L>
 constexpr bool kPairs = L != DSV4_KV_LAYOUT_BF16;
 
+// Sets the shared-memory limit of layout L's kernels of cluster size CLUSTER (one item per CTA or
+// persistent, each with both epilogues).
 template <uint32_t L, int CLUSTER>
 cudaError_t configure_kernels(int bytes) {
-  const cudaError_t err = cudaFuncSetAttribute(attention_sm90_kernel<L, CLUSTER, false>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err != cudaSuccess) return err;
-  return cudaFuncSetAttribute(attention_sm90_kernel<L, CLUSTER, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              bytes);
+  const void* kernels[4] = {reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, false, false>),
+                            reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, false, true>),
+                            reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, true, false>),
+                            reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, true, true>)};
+  for (const void* k : kernels) {
+    const cudaError_t err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+// Launches layout L's kernel of cluster size CLUSTER for run p (cfg: its grid).
+template <uint32_t L, int CLUSTER>
+cudaError_t launch_kernel(const attention_params& p, const CUtensorMap& q_map, int q_tma, bool persistent,
+                          const cudaLaunchConfig_t* cfg) {
+  const bool split = p.num_splits > 1;
+  if (persistent) {
+    return split ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, true, true>, p, q_map, q_tma)
+                 : cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, true, false>, p, q_map, q_tma);
+  }
+  return split ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, false, true>, p, q_map, q_tma)
+               : cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, false, false>, p, q_map, q_tma);
 }
 template <uint32_t L>
 cudaError_t configure_layout(int bytes) {
@@ -665,21 +690,21 @@ bool uniform_items(const attention_params& p) {
 constexpr unsigned kPersistentWaves = 4;
 template <uint32_t L>
 cudaError_t launch_layout(const attention_params& p, const CUtensorMap& q_map, int q_tma, cudaLaunchConfig_t* cfg) {
-  const bool pairs = p.head_groups == 2 && kPairs<L>;
+  // A CTA pair converts each chunk once for both head groups. A split run that the device holds in
+  // one wave has SMs to spare: there each CTA converting its own chunks is faster, as the pair's
+  // exchange and the wait for the peer's half leave every chunk (H200: CONFIG2 / CONFIG4 b=2 22.4 /
+  // 22.0 -> 21.8 / 21.5 us).
+  const bool one_wave = p.num_splits > 1 && item_count(p) <= p.resident_ctas[0];
+  const bool pairs = p.head_groups == 2 && kPairs<L> && !one_wave;
   const int cluster = pairs ? 2 : 1;
   const int resident = p.resident_ctas[cluster - 1] / cluster * cluster;
   const bool persistent = q_tma != 0 && resident > 0 && (p.persistent_forced != 0 || uniform_items(p)) &&
                           cfg->gridDim.x >= kPersistentWaves * static_cast<unsigned>(resident);
   if (persistent) cfg->gridDim.x = static_cast<unsigned>(resident);
   cudaLaunchAttribute attr[1];
-  if (!pairs) {
-    return persistent ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, 1, true>, p, q_map, q_tma)
-                      : cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, 1, false>, p, q_map, q_tma);
-  }
+  if (!pairs) return launch_kernel<L, 1>(p, q_map, q_tma, persistent, cfg);
   set_cluster_pairs(cfg, attr);
-  constexpr int kCluster = kPairs<L> ? 2 : 1;
-  return persistent ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, kCluster, true>, p, q_map, q_tma)
-                    : cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, kCluster, false>, p, q_map, q_tma);
+  return launch_kernel<L, kPairs<L> ? 2 : 1>(p, q_map, q_tma, persistent, cfg);
 }
 
 // The driver's tensor-map encoder (through the runtime: no link against libcuda), nullptr when the
@@ -737,7 +762,9 @@ bool attention_sm90_layouts(uint32_t main_layout, uint32_t extra_layout) {
 
 bool attention_sm90_compiled() {
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, attention_sm90_kernel<DSV4_KV_LAYOUT_BF16, 1, false>) != cudaSuccess) return false;
+  if (cudaFuncGetAttributes(&attr, attention_sm90_kernel<DSV4_KV_LAYOUT_BF16, 1, false, false>) != cudaSuccess) {
+    return false;
+  }
   // Machine code built for sm_90a reports PTX 9.0; a JIT of the compute_80 PTX (no wgmma) reports 8.0.
   return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
 }
@@ -776,7 +803,8 @@ cudaError_t attention_sm90_resident(int sm_count, int resident[2]) {
   constexpr uint32_t L = DSV4_KV_LAYOUT_FP8_V4_584B;
   int per_sm = 0;
   cudaError_t err =
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_sm90_kernel<L, 1, true>, kThreads, kSmemBytes);
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_sm90_kernel<L, 1, true, false>, kThreads,
+                                                    kSmemBytes);
   if (err != cudaSuccess) return err;
   resident[0] = per_sm * sm_count;
   cudaLaunchConfig_t cfg{};
@@ -786,7 +814,7 @@ cudaError_t attention_sm90_resident(int sm_count, int resident[2]) {
   cudaLaunchAttribute attr[1];
   set_cluster_pairs(&cfg, attr);
   int clusters = 0;
-  err = cudaOccupancyMaxActiveClusters(&clusters, attention_sm90_kernel<L, 2, true>, &cfg);
+  err = cudaOccupancyMaxActiveClusters(&clusters, attention_sm90_kernel<L, 2, true, false>, &cfg);
   resident[1] = 2 * clusters;
   return err;
 }

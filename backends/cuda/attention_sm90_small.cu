@@ -277,10 +277,11 @@ __device__ __forceinline__ void small_consumer(const attention_params& p, const 
       for (int h = 0; h < 2; ++h) {
         const int r = 16 * mt + g + 8 * h;
         if (r >= rows) continue;
-        float* po = p.partial_o + (pbase + r) * kHeadDim + 128 * warp + 2 * tig;
+        float* po = p.partial_o + (pbase + r) * kHeadDim + 128 * warp;
 #pragma unroll
-        for (int n = 0; n < 16; ++n) {
-          *reinterpret_cast<float2*>(po + 8 * n) = make_float2(o[mt][n][2 * h], o[mt][n][2 * h + 1]);
+        for (int n = 0; n < 16; n += 2) {
+          store_partial_pair(po, 8 * n, tig, o[mt][n][2 * h], o[mt][n][2 * h + 1], o[mt][n + 1][2 * h],
+                             o[mt][n + 1][2 * h + 1]);
         }
         if (warp == 0 && tig == 0) {
           float* pml = p.partial_ml + (pbase + r) * 2;

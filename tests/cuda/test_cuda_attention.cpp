@@ -936,8 +936,9 @@ std::vector<explicit_case> explicit_cases() {
   }
   // Key splits of the wgmma kernel and their combine: 15 chunks per token split 2, 3, 5, 8 or 15
   // ways, 12 chunks 12 ways (up to 12 splits: the combine's one-pass merge); partial head groups,
-  // CTA pairs, every layout, NaN rows and extreme scales, per-batch lengths, unaligned q, and graph
-  // replay.
+  // every layout, NaN rows and extreme scales, per-batch lengths, unaligned q, and graph replay.
+  // 65..128 heads over FP8 run unpaired when the split run fits the device in one wave (96 and
+  // 128 heads below) and as CTA pairs otherwise (the b8 case: 160 CTAs).
   {
     explicit_case c;
     c.batch = 1;
@@ -970,6 +971,10 @@ std::vector<explicit_case> explicit_cases() {
       d.special_rows = true;
     });
     split_case("sm90-splits5-v4-h64-qodd", 5, 64, [](explicit_case& d) { d.q_pad = 4; });
+    split_case("sm90-splits5-v4-h128-b8", 5, 128, [](explicit_case& d) {
+      d.batch = 8;
+      d.special_rows = true;
+    });
     // The largest split count of the combine's one-pass merge (kCombineFastSplits), CTA pairs.
     split_case("sm90-splits12-v4-h128-b2", 12, 128, [](explicit_case& d) {
       d.topk = 256;  // 4 + 8 chunks: one per split
