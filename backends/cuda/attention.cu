@@ -668,7 +668,7 @@ __device__ __forceinline__ void combine_add(float* acc, float4 v, float w) {
 __device__ __forceinline__ void combine_finish(const attention_params& p, int64_t t, int h, int d, const float* acc,
                                                float m, float l) {
   const float factor = row_output_factor(p, h, m, l);
-  const int d0 = (d & ~15) + 2 * partial_unit_lane((d >> 2) & 3);
+  const int d0 = partial_unit_first_dim(d);
   store_out(p, t, h, d0, pack_bf16(acc[0] * factor, acc[1] * factor));
   store_out(p, t, h, d0 + 8, pack_bf16(acc[2] * factor, acc[3] * factor));
   if (threadIdx.x == 0) write_row_stats(p, t, h, m, l);

@@ -43,10 +43,6 @@ constexpr int kThreads = 384;                      // three warpgroups
 constexpr int kPBytes = kRows * kAtomBytes;        // P: 64 heads x 64 keys bf16 (8 KB)
 constexpr int kStageRowBytes = 256 * 2;           // one warpgroup's bf16 output row (256 dims)
 constexpr int kStageBytes = kRows * kStageRowBytes;  // one warpgroup's output staging (32 KB)
-// Every kernel comes in two forms, one per epilogue (kSplit: split partials, else the output), so
-// that runs without key splits carry no partial-store code: with both behind a test of num_splits,
-// bf16 CONFIG2 b=64 / b=128 ran 1.6 % slower on an H200 (101.9 / 196.8 against 100.7 / 193.6 us),
-// and moving stores in the split branch alone changed prefill by 1.2 %.
 
 // Shared-memory map (offsets from a 1024-byte aligned base).
 struct sm90_map {
@@ -516,7 +512,10 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
 // L: the layout of both caches (one layout per kernel: a loop that dispatches between layouts
 // keeps every layout's addressing live at once and spills).
 // kPersistent: a grid smaller than the work items (tensor-map Q), each CTA looping over items.
-// kSplit: the run has key splits (p.num_splits > 1): the epilogue writes partials.
+// kSplit: the run has key splits (p.num_splits > 1): the epilogue writes partials, else the output.
+// One form per epilogue, so that runs without splits carry no partial-store code: with both behind
+// a test of num_splits, bf16 CONFIG2 b=64 / b=128 ran 1.6 % slower on an H200 (101.9 / 196.8 against
+// 100.7 / 193.6 us), and prefill 64 heads 1.2 % slower.
 template <uint32_t L, int CLUSTER, bool kPersistent, bool kSplit>
 // q_map (q_tma != 0): Q as [batch][s_q][heads][512] bf16 boxes of 64 dims x 64 heads in the kernel's
 // 128B swizzle (heads past the end read as zeros), loaded by the tensor-memory accelerator.

@@ -202,6 +202,13 @@ __device__ __forceinline__ float row_output_factor(const attention_params& p, in
 // twice the instructions (H200, b = 2: CONFIG2 21.5 -> 21.0 us, bf16 CONFIG2 19.2 -> 18.3).
 // The map is its own inverse (lane k's unit is partial_unit_lane(k)).
 __host__ __device__ constexpr int partial_unit_lane(int u) { return ((u & 1) << 1) | (u >> 1); }
+// The first dim of the unit at float offset d (a multiple of 4) of a partial row: the unit holds
+// dims first, first + 1, first + 8, first + 9.
+__host__ __device__ constexpr int partial_unit_first_dim(int d) {
+  return (d & ~15) + 2 * partial_unit_lane((d >> 2) & 3);
+}
+static_assert(partial_unit_first_dim(4) == 4 && partial_unit_first_dim(8) == 2 && partial_unit_first_dim(28) == 22,
+              "unit 1 is lane 2's, unit 2 lane 1's");
 // Stores lane `lane`'s dims of n-tiles n and n + 1 (the first at dim g0, a multiple of 16) of a
 // partial row: a0, a1 of tile n, b0, b1 of tile n + 1. kWide false: the same unit as two 8-byte
 // stores (kernels whose registers are too tight for the wide form: it spills there).
