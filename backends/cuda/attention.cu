@@ -702,7 +702,7 @@ __device__ __forceinline__ void combine_row_few(const attention_params& p, int64
 #pragma unroll
   for (int s = 0; s < kCombineFastSplits; ++s) {
     if (s >= S) break;
-    const float w = split_weight(stat[s].x, m_use);
+    const float w = split_weight(stat[s].x, stat[s].y, m_use);
     if (w < 0.0f) continue;  // the split saw no valid key: its partial O is zero
     l += stat[s].y * w;
     combine_add(acc, v[s], w);
@@ -736,7 +736,7 @@ __device__ __forceinline__ void combine_row_many(const attention_params& p, int6
   const float m_use = m == -INFINITY ? 0.0f : m;
   float l = 0.0f;
   for (int s = threadIdx.x; s < S; s += 128) {
-    const float w = split_weight(ml[s * ml_step], m_use);
+    const float w = split_weight(ml[s * ml_step], ml[s * ml_step + 1], m_use);
     if (s < kCombineWeights) weight[s] = w;
     l += ml[s * ml_step + 1] * (w < 0.0f ? 0.0f : w);
   }
@@ -749,7 +749,7 @@ __device__ __forceinline__ void combine_row_many(const attention_params& p, int6
       for (int k = 0; k < kBatch; ++k) {
         const int s = s0 + k;
         if (s >= S) break;
-        const float w = s < kCombineWeights ? weight[s] : split_weight(ml[s * ml_step], m_use);
+        const float w = s < kCombineWeights ? weight[s] : split_weight(ml[s * ml_step], ml[s * ml_step + 1], m_use);
         if (w < 0.0f) continue;  // the split saw no valid key: its partial O is zero
         combine_add(acc, v[k], w);
       }

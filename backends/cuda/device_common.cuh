@@ -225,10 +225,12 @@ __device__ __forceinline__ void store_partial_pair(float* row, int g0, int lane,
 }
 
 // The weight of a key split's partial (O, sum) in the merge of a row's splits: 2^(ms - m_use), with
-// ms the split's running max and m_use the merged max (0 when it is -inf); -1 marks a split that saw
-// no valid key (its O is zero: merges skip it and count its sum as 0).
-__device__ __forceinline__ float split_weight(float ms, float m_use) {
-  return ms == -INFINITY ? -1.0f : exp2f(ms - m_use);
+// ms the split's running max, ls its sum and m_use the merged max (0 when it is -inf); -1 marks a
+// split that saw no valid key (sum and O exactly 0: merges skip it). The test is the sum, not the
+// max: a split whose only valid keys had NaN logits also has ms -inf (fmaxf drops NaN), but a NaN
+// sum and O, which weigh 2^-inf = 0 and carry the NaN into the row (0 * NaN), as the reference does.
+__device__ __forceinline__ float split_weight(float ms, float ls, float m_use) {
+  return ls == 0.0f ? -1.0f : exp2f(ms - m_use);
 }
 
 // lse and max_logits of (t, h) when requested (empty row: +inf / -inf).

@@ -51,6 +51,7 @@ struct explicit_case {
   int max_splits = 0;            // DSV4_CUDA_MAX_SPLITS (0: the planner's choice)
   bool graph = false;            // also check graph capture and replay
   int persistent = -1;           // DSV4_CUDA_PERSISTENT: at most this many wgmma CTAs, looping (-1: unset)
+  bool lone_nan_key = false;     // token 0's main list: one valid entry, a NaN row (dense, per-token lengths)
 };
 
 // Environment variables the module reads at plan creation, set for one plan.
@@ -179,6 +180,19 @@ void poison_unreferenced(host_cache& cache, const std::vector<dsv4test::RefList>
     if (!used[s]) cache.poison(s);
 }
 
+// Leaves token 0's main list one valid entry, at position 0, on a row of NaN bytes. A key split
+// that covers only that list's chunks of token 0 then sees no other valid key: its running max
+// stays -inf (max ignores NaN) while its sum and O are NaN, and the merge must still carry the NaN.
+// Dense lists with per-token lengths (or none); call before poison_unreferenced.
+void isolate_nan_key(list_data& d, int width) {
+  std::vector<int32_t>& row = d.ref[0].idx;
+  std::fill(row.begin(), row.end(), -1);
+  row[0] = 5;
+  std::copy(row.begin(), row.end(), d.dense.begin());
+  if (!d.lengths.empty()) d.lengths[0] = width;
+  if (d.ref[0].length >= 0) d.ref[0].length = width;
+}
+
 dsv4_mod_index_list mod_list(const explicit_case& c, const list_data& d, const dbuf& idx, const dbuf& ptr,
                              const dbuf& len, int width, bool use_lengths) {
   dsv4_mod_index_list l{};
@@ -243,7 +257,9 @@ void build_explicit(explicit_problem& P, std::mt19937_64& rng) {
   const int dqk = dsv4::layout_head_dim_qk(c.layout);
   P.main_lists = make_lists(rng, c, c.topk, P.main.capacity(), c.lengths);
   if (has_extra) P.extra_lists = make_lists(rng, c, c.extra_topk, P.extra.capacity(), c.extra_lengths);
+  if (c.lone_nan_key) isolate_nan_key(P.main_lists, c.topk);
   poison_unreferenced(P.main, P.main_lists.ref);
+  if (c.lone_nan_key) P.main.poison(P.main_lists.ref[0].idx[0]);
   if (has_extra) poison_unreferenced(P.extra, P.extra_lists.ref);
 
   // q [B, S, H, dqk]
@@ -982,6 +998,42 @@ std::vector<explicit_case> explicit_cases() {
       d.special_rows = true;
       d.lengths_per_batch = true;
     });
+  }
+  // A key split whose only valid key is a NaN row (isolate_nan_key): its max stays -inf while its
+  // sum and O are NaN, and the merge must carry the NaN into the row as the reference does. One
+  // token's lists are 2 + 8 chunks (or 2 + 14: the general merge of more than 12 splits), one
+  // chunk per split, in each kernel and in persistent CTAs.
+  {
+    explicit_case c;
+    c.batch = 1;
+    c.topk = 128;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 512;
+    c.lone_nan_key = true;
+    c.name = "sm90-lone-nan-key-v4-h64";
+    add(c);
+    explicit_case d = c;
+    d.name = "sm90-lone-nan-key-v4-h128-splits16";
+    d.heads = 128;
+    d.extra_topk = 896;
+    d.kernel = "wgmma";  // 64-head CTAs: 16 splits (16-head tiles would take 2 chunks per split)
+    add(d);
+    d = c;
+    d.name = "sm90s-lone-nan-key-per-tensor-h4";
+    per_tensor_fp8_q(d);
+    d.heads = 4;
+    add(d);
+    d = c;
+    d.name = "mma-lone-nan-key-bf16-h16";
+    d.layout = d.extra_layout = DSV4_KV_LAYOUT_BF16;
+    d.kernel = "mma";
+    d.heads = 16;
+    add(d);
+    d = c;
+    d.name = "sm90-persist2-lone-nan-key-bf16-h64";
+    d.layout = d.extra_layout = DSV4_KV_LAYOUT_BF16;
+    d.persistent = 2;
+    add(d);
   }
   // Persistent CTAs of the wgmma kernel (forced few, so each loops over >= 4 work items): CTA
   // pairs, a partial head group, head groups alternating per CTA (odd CTA counts), splits with
