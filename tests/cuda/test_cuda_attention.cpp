@@ -51,7 +51,7 @@ struct explicit_case {
   int max_splits = 0;            // DSV4_CUDA_MAX_SPLITS (0: the planner's choice)
   bool graph = false;            // also check graph capture and replay
   int persistent = -1;           // DSV4_CUDA_PERSISTENT: at most this many wgmma CTAs, looping (-1: unset)
-  bool lone_nan_key = false;     // token 0's main list: one valid entry, a NaN row (dense, per-token lengths)
+  bool lone_nan_key = false;     // token 0's main list: one valid entry, a NaN row (dense lists)
 };
 
 // Environment variables the module reads at plan creation, set for one plan.
@@ -183,14 +183,20 @@ void poison_unreferenced(host_cache& cache, const std::vector<dsv4test::RefList>
 // Leaves token 0's main list one valid entry, at position 0, on a row of NaN bytes. A key split
 // that covers only that list's chunks of token 0 then sees no other valid key: its running max
 // stays -inf (max ignores NaN) while its sum and O are NaN, and the merge must still carry the NaN.
-// Dense lists with per-token lengths (or none); call before poison_unreferenced.
-void isolate_nan_key(list_data& d, int width) {
+// Dense lists only; call before poison_unreferenced.
+void isolate_nan_key(const explicit_case& c, list_data& d, int width) {
+  if (c.csr) {
+    std::fprintf(stderr, "%s: lone_nan_key needs dense lists\n", c.name.c_str());
+    std::abort();
+  }
   std::vector<int32_t>& row = d.ref[0].idx;
   std::fill(row.begin(), row.end(), -1);
   row[0] = 5;
   std::copy(row.begin(), row.end(), d.dense.begin());
-  if (!d.lengths.empty()) d.lengths[0] = width;
-  if (d.ref[0].length >= 0) d.ref[0].length = width;
+  if (d.lengths.empty()) return;
+  d.lengths[0] = width;  // token 0's length, or batch row 0's (shared by its seq_q tokens)
+  const int tokens = c.lengths_per_batch ? c.seq_q : 1;
+  for (int t = 0; t < tokens; ++t) d.ref[t].length = width;
 }
 
 dsv4_mod_index_list mod_list(const explicit_case& c, const list_data& d, const dbuf& idx, const dbuf& ptr,
@@ -257,7 +263,7 @@ void build_explicit(explicit_problem& P, std::mt19937_64& rng) {
   const int dqk = dsv4::layout_head_dim_qk(c.layout);
   P.main_lists = make_lists(rng, c, c.topk, P.main.capacity(), c.lengths);
   if (has_extra) P.extra_lists = make_lists(rng, c, c.extra_topk, P.extra.capacity(), c.extra_lengths);
-  if (c.lone_nan_key) isolate_nan_key(P.main_lists, c.topk);
+  if (c.lone_nan_key) isolate_nan_key(c, P.main_lists, c.topk);
   poison_unreferenced(P.main, P.main_lists.ref);
   if (c.lone_nan_key) P.main.poison(P.main_lists.ref[0].idx[0]);
   if (has_extra) poison_unreferenced(P.extra, P.extra_lists.ref);
