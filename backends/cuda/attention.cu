@@ -734,9 +734,10 @@ __device__ __forceinline__ void combine_row_many(const attention_params& p, int6
   for (int s = threadIdx.x; s < S; s += 128) m = fmaxf(m, ml[s * ml_step]);
   m = cta128_reduce<true>(m, red);
   const float m_use = m == -INFINITY ? 0.0f : m;
+  auto weight_of = [&](int s) { return split_weight(ml[s * ml_step], ml[s * ml_step + 1], m_use); };
   float l = 0.0f;
   for (int s = threadIdx.x; s < S; s += 128) {
-    const float w = split_weight(ml[s * ml_step], ml[s * ml_step + 1], m_use);
+    const float w = weight_of(s);
     if (s < kCombineWeights) weight[s] = w;
     l += ml[s * ml_step + 1] * (w < 0.0f ? 0.0f : w);
   }
@@ -749,7 +750,7 @@ __device__ __forceinline__ void combine_row_many(const attention_params& p, int6
       for (int k = 0; k < kBatch; ++k) {
         const int s = s0 + k;
         if (s >= S) break;
-        const float w = s < kCombineWeights ? weight[s] : split_weight(ml[s * ml_step], ml[s * ml_step + 1], m_use);
+        const float w = s < kCombineWeights ? weight[s] : weight_of(s);
         if (w < 0.0f) continue;  // the split saw no valid key: its partial O is zero
         combine_add(acc, v[k], w);
       }
