@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the CUDA backend, its tests and its benchmark on a GPU machine, runs them and leaves logs in
-# $OUT (default ./gpu-out). Usage: scripts/gpu/run_all.sh [test|bench|sanitize|profile|sass|trace|probe|cmake]...
+# $OUT (default ./gpu-out). Usage: scripts/gpu/run_all.sh [test|bench|sanitize|profile|util|sass|trace|probe|cmake]...
 # Direct nvcc/g++ builds (no dependency on the rest of the tree building); `cmake` also builds the
 # whole project with CMake/Ninja and runs ctest (conformance on CUDA when GTest is present).
 set -uo pipefail
@@ -117,6 +117,37 @@ for step in "${STEPS[@]}"; do
           "$B/bench_cuda" "$B/libdsv4-cuda.so" "$f" >"$OUT/ncu_$(echo "$f" | tr -c 'a-zA-Z0-9' _).log" 2>&1
         grep -E "Duration|Compute .SM. Throughput|Eligible Warps|smsp__|l1tex__" \
           "$OUT/ncu_$(echo "$f" | tr -c 'a-zA-Z0-9' _).log" | grep -v " 0$" | head -60
+      done
+      ;;
+    util)
+      # Hardware utilisation of one launch per UTIL_CASES case (ncu, real clocks, caches flushed
+      # before each replay): tensor pipes, issue slots, shared memory, L2 and DRAM, as % of peak.
+      # Metrics this ncu does not know are dropped rather than failing the run.
+      build || exit 1
+      WANT=(gpu__time_duration.sum sm__throughput.avg.pct_of_peak_sustained_elapsed
+        smsp__issue_active.avg.pct_of_peak_sustained_active
+        sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
+        sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+        sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active
+        l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed
+        l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed
+        l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed
+        l1tex__throughput.avg.pct_of_peak_sustained_active l1tex__m_xbar2l1tex_read_bytes.sum.per_second
+        lts__throughput.avg.pct_of_peak_sustained_elapsed lts__t_bytes.sum.per_second
+        dram__throughput.avg.pct_of_peak_sustained_elapsed dram__bytes_read.sum.per_second)
+      ncu --query-metrics >"$OUT/ncu_metrics.txt" 2>&1
+      HAVE=()
+      for m in "${WANT[@]}"; do
+        grep -qE "^ *${m%%.*} " "$OUT/ncu_metrics.txt" && HAVE+=("$m") || echo "ncu lacks ${m%%.*}"
+      done
+      [ ${#HAVE[@]} -gt 0 ] || HAVE=("${WANT[@]}")  # an unknown listing format: ask for all
+      METRICS=$(IFS=,; echo "${HAVE[*]}")
+      IFS=';' read -r -a UTIL_CASES <<<"${UTIL_CASE:-CONFIG2 bf16 b=64$}"
+      for f in "${UTIL_CASES[@]}"; do
+        log "ncu util: $f"
+        ncu --clock-control none --kernel-name regex:${KERNEL_REGEX:-attention} --launch-skip 3 --launch-count 1 \
+          --metrics "$METRICS" "$B/bench_cuda" "$B/libdsv4-cuda.so" "$f" 2>&1 |
+          grep -E "^ +[a-z0-9_]+__" | tee -a "$OUT/util.log"
       done
       ;;
     sass)
