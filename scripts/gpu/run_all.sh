@@ -43,6 +43,15 @@ trace_case() {
   python3 scripts/gpu/trace_sm90.py "$OUT/trace_$3.bin" ${TRACE_CTA:-} | tee "$OUT/trace_$3.txt"
 }
 
+# ncu_launch [ncu options...] -- CASE: ncu on one launch (the fourth) of the kernels KERNEL_REGEX
+# names, in a bench run of CASE.
+ncu_launch() {
+  local opts=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do opts+=("$1"); shift; done
+  ncu --kernel-name regex:${KERNEL_REGEX:-attention} --launch-skip 3 --launch-count 1 "${opts[@]}" \
+    "$B/bench_cuda" "$B/libdsv4-cuda.so" "$2"
+}
+
 # What the build reads (sources, this script's flags, the target architecture) as one hash: a warm
 # machine keeps $B between calls, and a build of another tree must not pass for this one's.
 build_hash() {
@@ -111,10 +120,9 @@ for step in "${STEPS[@]}"; do
       build || exit 1
       for f in "${PROFILE_FILTERS[@]:-CONFIG1 b=64}"; do
         log "ncu: $f"
-        ncu --kernel-name regex:${KERNEL_REGEX:-attention} --launch-skip 3 --launch-count 1 --section SpeedOfLight \
-          --section WarpStateStats --section SchedulerStats --section Occupancy \
+        ncu_launch --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
           --metrics "regex:smsp__pcsamp_warps_issue_stalled_.*,smsp__inst_executed.sum,smsp__inst_executed_pipe_tensor.sum,smsp__inst_executed_op_ldsm.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed_pipe_xu.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum" \
-          "$B/bench_cuda" "$B/libdsv4-cuda.so" "$f" >"$OUT/ncu_$(echo "$f" | tr -c 'a-zA-Z0-9' _).log" 2>&1
+          -- "$f" >"$OUT/ncu_$(echo "$f" | tr -c 'a-zA-Z0-9' _).log" 2>&1
         grep -E "Duration|Compute .SM. Throughput|Eligible Warps|smsp__|l1tex__" \
           "$OUT/ncu_$(echo "$f" | tr -c 'a-zA-Z0-9' _).log" | grep -v " 0$" | head -60
       done
@@ -145,8 +153,7 @@ for step in "${STEPS[@]}"; do
       IFS=';' read -r -a UTIL_CASES <<<"${UTIL_CASE:-CONFIG2 bf16 b=64$}"
       for f in "${UTIL_CASES[@]}"; do
         log "ncu util: $f"
-        ncu --clock-control none --kernel-name regex:${KERNEL_REGEX:-attention} --launch-skip 3 --launch-count 1 \
-          --metrics "$METRICS" "$B/bench_cuda" "$B/libdsv4-cuda.so" "$f" 2>&1 |
+        ncu_launch --clock-control none --metrics "$METRICS" -- "$f" 2>&1 |
           grep -E "^ +[a-z0-9_]+__" | tee -a "$OUT/util.log"
       done
       ;;
@@ -156,9 +163,8 @@ for step in "${STEPS[@]}"; do
       for f in "${SASS_CASES[@]}"; do
         log "ncu source: $f"
         tag=$(echo "$f" | tr -c 'a-zA-Z0-9' _)
-        ncu --kernel-name regex:${KERNEL_REGEX:-attention} --launch-skip 3 --launch-count 1 --section SourceCounters \
-          --section WarpStateStats --page source --print-source sass --csv "$B/bench_cuda" "$B/libdsv4-cuda.so" "$f" \
-          >"$OUT/sass_$tag.csv" 2>"$OUT/sass_$tag.err"
+        ncu_launch --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
+          -- "$f" >"$OUT/sass_$tag.csv" 2>"$OUT/sass_$tag.err"
         python3 scripts/gpu/top_sass.py "$OUT/sass_$tag.csv" 60 | tee "$OUT/top_$tag.txt"
       done
       ;;
