@@ -120,16 +120,17 @@ for step in "${STEPS[@]}"; do
       build || exit 1
       for f in "${PROFILE_FILTERS[@]:-CONFIG1 b=64}"; do
         log "ncu: $f"
+        tag=$(echo "$f" | tr -c 'a-zA-Z0-9' _)
         ncu_launch --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
           --metrics "regex:smsp__pcsamp_warps_issue_stalled_.*,smsp__inst_executed.sum,smsp__inst_executed_pipe_tensor.sum,smsp__inst_executed_op_ldsm.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed_pipe_xu.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum" \
-          -- "$f" >"$OUT/ncu_$(echo "$f" | tr -c 'a-zA-Z0-9' _).log" 2>&1
-        grep -E "Duration|Compute .SM. Throughput|Eligible Warps|smsp__|l1tex__" \
-          "$OUT/ncu_$(echo "$f" | tr -c 'a-zA-Z0-9' _).log" | grep -v " 0$" | head -60
+          -- "$f" >"$OUT/ncu_$tag.log" 2>&1
+        grep -E "Duration|Compute .SM. Throughput|Eligible Warps|smsp__|l1tex__" "$OUT/ncu_$tag.log" |
+          grep -v " 0$" | head -60
       done
       ;;
     util)
-      # Hardware utilisation of one launch per UTIL_CASES case (ncu, real clocks, caches flushed
-      # before each replay): tensor pipes, issue slots, shared memory, L2 and DRAM, as % of peak.
+      # Hardware utilisation of one launch per UTIL_CASE case (';'-separated; ncu, real clocks,
+      # caches flushed before each replay): tensor pipes, issue slots, shared memory, L2 and DRAM.
       # Metrics this ncu does not know are dropped rather than failing the run.
       build || exit 1
       WANT=(gpu__time_duration.sum sm__throughput.avg.pct_of_peak_sustained_elapsed
