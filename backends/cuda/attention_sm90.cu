@@ -8,6 +8,8 @@
 //   WG0: S = Q K^T (wgmma m64n64k16, Q and K from shared memory), online softmax in registers,
 //       P (bf16) to shared memory for WG1, O[:, 0:256] += P V with P straight from registers.
 //   WG1: O[:, 256:512] += P V with P from shared memory (alpha from WG0 rescales O first).
+//   In FP8 split runs WG0 issues the next chunk's S right behind its P·V (kOverlapS), and the
+//   consumers prefetch the second chunk's rows into L2 while they wait for the first.
 // V is the K buffer itself read as an MN-major operand (the same bytes, no transpose).
 // For 65..128 heads over FP8 caches two CTAs (the two head groups of a token and split) form a
 // cluster: each producer dequantises half of every chunk and writes it into both CTAs' buffers
@@ -184,7 +186,10 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
   const float* m_fin = fin.m;
   const float* l_fin = fin.l;
   const float* f_fin = fin.f;
-  named_sync(3, 256);  // final m / l / factors visible; every wgmma of both warpgroups is complete
+  // Split partials of a single-item CTA: each warpgroup stores its own and WG0 has written the row
+  // stats from registers, so neither waits for the other (H200: CONFIG2 / CONFIG4 b=2 0.3 us).
+  constexpr bool kAlone = kSplit && kStaged;
+  if constexpr (!kAlone) named_sync(3, 256);  // final m / l / factors visible; every wgmma is complete
   if (tid == 0) trace::header(trace::kEpiBar);
   const int dim0 = wg * 256;
   const int64_t t = st.t;
@@ -245,7 +250,7 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
                                     o[4 * j + 4 + 2 * h + 1]);
       }
     }
-    if (tid < kRows && st.head0 + tid < p.num_heads) {
+    if (!kAlone && tid < kRows && st.head0 + tid < p.num_heads) {
       float* pml = p.partial_ml + (pbase + st.head0 + tid) * 2;
       pml[0] = m_fin[tid];
       pml[1] = l_fin[tid];
@@ -272,7 +277,7 @@ __device__ __forceinline__ void release_buffer(const cta_state& st, int b) {
   mbar_arrive(st.empty_bar + 8 * b);
   if constexpr (CLUSTER > 1) {
     __syncwarp();
-    if ((threadIdx.x & 31) == 0) mbar_arrive_remote(st.empty_bar + 8 * b, st.peer);
+    mbar_arrive_remote(st.empty_bar + 8 * b, st.peer, (threadIdx.x & 31) == 0);
   }
 }
 // Empty-barrier arrivals per chunk: 256 local consumer threads + 8 warps of the peer CTA.
@@ -285,7 +290,7 @@ constexpr uint32_t kEmptyArrivals = 256u + 8u * (CLUSTER - 1);
 // The CTA's k-th work item (st0: the CTA's state): i0 chunks ran before it (buffer / barrier
 // phases continue from there). Returns the CTA's chunk count after it. (WG0 has no registers to
 // spare: WG1 prepares the next item's Q and sinks.)
-template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied, bool kValueScale>
+template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied, bool kValueScale, bool kOverlap>
 __device__ __forceinline__ int consumer0_item(const attention_params& p, const cta_state& st0, int tid, int i0,
                                               int k) {
   const cta_state st = item_state<kPersistent>(p, st0, k);
@@ -309,16 +314,11 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     if (tid == 0) trace::header(trace::kQReady);
   }
   const uint32_t v_desc0 = desc_lo(st.base + sm90_map::k, kColBytes);  // MN-major (P V)
-  int ig = i0;  // the CTA's chunk count: buffer and phase
-  for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++ig) {
-    const int b = ig & 1;
-    const int li = walk.list_of(c);
+  // S = Q K^T of the chunk in buffer b over 512 dims: 32 k-steps of 16 (4 per 64-dim column, 32 bytes
+  // apart), committed as one group.
+  float s[32];
+  auto issue_s = [&](int b) {
     const uint32_t k_desc = k_desc0 + b * (kOperandBytes >> 4);
-    const uint32_t v_desc = v_desc0 + b * (kOperandBytes >> 4);
-    wait_chunk<CLUSTER, kCopied>(st, b, (ig >> 1) & 1);
-    if (tid == 0) trace::chunk(ig, trace::kWg0Full);
-    // S = Q K^T over 512 dims: 32 k-steps of 16 (4 per 64-dim column, 32 bytes apart).
-    float s[32];
     wgmma_fence_operands32(s);
     wgmma_fence();
 #pragma unroll
@@ -327,9 +327,11 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
       wgmma_m64n64_ss(s, desc_at(q_desc, off), desc_at(k_desc, off), ks > 0 ? 1 : 0);
     }
     wgmma_commit();
-    wgmma_wait0();
-    wgmma_fence_operands32(s);
-    if (tid == 0) trace::chunk(ig, trace::kWg0Qk);
+  };
+  // Softmax of the chunk in buffer b (list li; its S in s), P and alpha to WG1, and this
+  // warpgroup's P·V issued and committed.
+  auto softmax_pv = [&](int b, int li, int ig) {
+    const uint32_t v_desc = v_desc0 + b * (kOperandBytes >> 4);
     // Online softmax (base 2). s[4j + {0,1}]: row0, keys 8j + 2 tig + {0,1}; s[4j + {2,3}]: row0 + 8.
     const float scl = p.logit_scale_log2[li];
     const float vs = kValueScale ? p.value_scale[li] : 1.0f;
@@ -403,10 +405,59 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
       wgmma_m64n256_rs_tb(o, pk + 4 * kk, desc_at(v_desc, kk * 16 * kAtomBytes), 1);
     }
     wgmma_commit();
-    wgmma_wait0();
-    wgmma_fence_operands128(o);
-    release_buffer<CLUSTER>(st, b);
-    if (tid == 0) trace::chunk(ig, trace::kWg0Pv);
+  };
+  int ig = i0;  // the CTA's chunk count: buffer and phase
+  if constexpr (!kOverlap) {
+    for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++ig) {
+      const int b = ig & 1;
+      wait_chunk<CLUSTER, kCopied>(st, b, (ig >> 1) & 1);
+      if (tid == 0) trace::chunk(ig, trace::kWg0Full);
+      issue_s(b);
+      wgmma_wait0();
+      wgmma_fence_operands32(s);
+      if (tid == 0) trace::chunk(ig, trace::kWg0Qk);
+      softmax_pv(b, walk.list_of(c), ig);
+      wgmma_wait0();
+      wgmma_fence_operands128(o);
+      release_buffer<CLUSTER>(st, b);
+      if (tid == 0) trace::chunk(ig, trace::kWg0Pv);
+    }
+  } else {
+    // Each pass issues the next chunk's S right behind this chunk's P·V: the tensor cores go from
+    // one to the other without waiting for this warpgroup's release and the next full barrier.
+    int c = walk.next_active(st.c_begin);
+    if (c < walk.c_end) {
+      wait_chunk<CLUSTER, kCopied>(st, ig & 1, (ig >> 1) & 1);
+      if (tid == 0) trace::chunk(ig, trace::kWg0Full);
+      issue_s(ig & 1);
+      wgmma_wait0();
+      wgmma_fence_operands32(s);
+    }
+    for (; c < walk.c_end; ++ig) {
+      const int b = ig & 1;
+      const int c_next = walk.next_active(c + 1);
+      if (tid == 0) trace::chunk(ig, trace::kWg0Qk);
+      softmax_pv(b, walk.list_of(c), ig);
+      // One branch holds every wait of the groups in flight (ptxas serialises the wgmma when it
+      // cannot see a wait on every path).
+      if (c_next < walk.c_end) {
+        wait_chunk<CLUSTER, kCopied>(st, b ^ 1, ((ig + 1) >> 1) & 1);
+        if (tid == 0) trace::chunk(ig + 1, trace::kWg0Full);
+        issue_s(b ^ 1);
+        wgmma_wait1();  // this chunk's P·V (the older group) is done; the next S may still run
+        wgmma_fence_operands128(o);
+        release_buffer<CLUSTER>(st, b);
+        if (tid == 0) trace::chunk(ig, trace::kWg0Pv);
+        wgmma_wait0();
+        wgmma_fence_operands32(s);
+      } else {
+        wgmma_wait0();
+        wgmma_fence_operands128(o);
+        release_buffer<CLUSTER>(st, b);
+        if (tid == 0) trace::chunk(ig, trace::kWg0Pv);
+      }
+      c = c_next;
+    }
   }
   if (tid == 0) {
     trace::header(trace::kWg0Epi);
@@ -419,7 +470,22 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
   }
-  if (tig == 0) {
+  if constexpr (kSplit && !kPersistent) {
+    // The split's row stats straight from registers: the warpgroups store their partials without
+    // meeting at the epilogue's barrier.
+    if (tig == 0) {
+      const int64_t pbase = (st.t * p.num_splits + st.split) * p.num_heads;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int head = st.head0 + row0 + 8 * h;
+        if (head < p.num_heads) {
+          float* pml = p.partial_ml + (pbase + head) * 2;
+          pml[0] = m_run[h];
+          pml[1] = l_run[h];
+        }
+      }
+    }
+  } else if (tig == 0) {
     const row_fin fin = fin_rows(st, k);
     fin.m[row0] = m_run[0];
     fin.m[row0 + 8] = m_run[1];
@@ -509,6 +575,25 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
+// WG0 issues the next chunk's S right behind this chunk's P·V: FP8 split runs of single-item CTAs
+// (two or three chunks each). S, P and O are then live at once, so WG0 takes 16 registers from the
+// producer. H200: CONFIG2 / CONFIG4 b=2 21.3 / 21.5 -> 21.0 / 21.3 us with the epilogue's own stats
+// alone, 20.7 / 20.9 with both. Everywhere else it is slower (bf16 decode 15-19 %, prefill 16-21 %,
+// CONFIG2 b=64 15 %): the early S queues ahead of WG1's P·V on the tensor cores and delays the
+// buffer's release, and WG0's gap it fills was already covered by that P·V.
+template <uint32_t L, bool kPersistent, bool kSplit>
+constexpr bool kOverlapS = kSplit && !kPersistent && L != DSV4_KV_LAYOUT_BF16;
+// Register budgets of WG0, WG1 and the producer (setmaxnreg).
+template <uint32_t L, bool kPersistent, bool kSplit>
+constexpr int kRegs[3] = {kOverlapS<L, kPersistent, kSplit> ? 208 : 192, 160,
+                          kOverlapS<L, kPersistent, kSplit> ? 136 : 152};
+
+// Consumer threads prefetch the rows of a split CTA's second chunk (FP8 caches; bf16 rows are copied
+// by cp.async, two chunks at once from the start). H200: CONFIG2 / CONFIG4 b=2 0.1-0.2 us faster;
+// prefetching the first chunk's rows as well gained nothing more.
+template <uint32_t L, bool kPersistent, bool kSplit>
+constexpr bool kPrefetchRows = kSplit && !kPersistent && L != DSV4_KV_LAYOUT_BF16;
+
 // L: the layout of both caches (one layout per kernel: a loop that dispatches between layouts
 // keeps every layout's addressing live at once and spills).
 // kPersistent: a grid smaller than the work items (tensor-map Q), each CTA looping over items.
@@ -588,25 +673,51 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
     named_sync(4, 256);  // the sink logits (and a consumer-loaded Q) are visible
     if (tid == 0 && !st.q_tma) trace::header(trace::kQReady);
   }
+  // Split runs give a CTA few chunks, and the producer issues the second chunk's row loads only
+  // behind the first's. Consumer threads, idle until the first chunk, pull this CTA's rows of the
+  // later chunks into L2 meanwhile (one bulk prefetch per row), so that those loads hit L2.
+  if constexpr (kPrefetchRows<L, kPersistent, kSplit>) {
+    constexpr int kPrefetchFirst = 1;   // chunks skipped (the producer's first)
+    constexpr int kPrefetchChunks = 1;  // chunks prefetched
+    constexpr int kRowsPerChunk = CLUSTER > 1 ? kKeys / 2 : kKeys;
+    if (tid < kPrefetchChunks * kRowsPerChunk) {
+      const chunk_walk walk = item_walk(p, st, 0);
+      int c = walk.next_active(st.c_begin);
+      for (int j = 0; j < kPrefetchFirst + tid / kRowsPerChunk; ++j) c = walk.next_active(c + 1);
+      const int row = static_cast<int>(rank) * (kKeys - kRowsPerChunk) + tid % kRowsPerChunk;
+      int32_t idx[1];
+      load_chunk_indices<1>(p, walk, c, t, &row, idx);
+      const uint8_t* src = nullptr;
+      const uint8_t* sc = nullptr;
+      if (idx[0] >= 0) resolve_index<L>(p, walk.list_of(c), idx[0], &src, &sc);
+      if (src != nullptr) {
+        using F = row_format<L>;
+        bulk_prefetch_l2(src, 64 * (F::kFp8Groups + F::kRopeGroups));
+        if constexpr (F::kV4) prefetch_l2(sc);
+      }
+    }
+  }
 
   const int wg = tid / 128;
   // One branch per warpgroup role, so each keeps its own register budget (setmaxnreg). The CTA
   // holds 3 x 168 registers per thread slot (the launch bound); the budgets must not exceed that
   // sum, or the increase waits forever. Each role walks the CTA's work items alike.
   if (wg == 0) {
-    set_max_registers_inc<192>();
+    set_max_registers_inc<kRegs<L, kPersistent, kSplit>[0]>();
     for_each_item<kPersistent>(p, st, [&](int k, int i0) {
       constexpr bool kValueScale = L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
-      return consumer0_item<kSplit, CLUSTER, kPersistent, row_format<L>::kBf16, kValueScale>(p, st, tid, i0, k);
+      constexpr bool kOverlap = kOverlapS<L, kPersistent, kSplit>;
+      return consumer0_item<kSplit, CLUSTER, kPersistent, row_format<L>::kBf16, kValueScale, kOverlap>(p, st, tid, i0,
+                                                                                                      k);
     });
   } else if (wg == 1) {
-    set_max_registers_dec<160>();
+    set_max_registers_dec<kRegs<L, kPersistent, kSplit>[1]>();
     for_each_item<kPersistent>(
         p, st, [&](int k, int i0) {
           return consumer1_item<kSplit, CLUSTER, kPersistent, row_format<L>::kBf16>(p, st, tid, i0, k, &q_map);
         });
   } else {
-    set_max_registers_dec<152>();
+    set_max_registers_dec<kRegs<L, kPersistent, kSplit>[2]>();
     for_each_item<kPersistent>(p, st, [&](int k, int i0) {
       const cta_state s = item_state<kPersistent>(p, st, k);
       const chunk_walk w = item_walk(p, s, k);

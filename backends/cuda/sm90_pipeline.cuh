@@ -146,6 +146,8 @@ __device__ __forceinline__ uint64_t desc_at(uint32_t lo, uint32_t bytes) {
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Every committed group but the newest is complete.
+__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
@@ -162,12 +164,14 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
                : "memory");
 }
-// Arrives on the barrier at the same offset in CTA `rank` of the cluster.
-__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t rank) {
+// Arrives on the barrier at the same offset in CTA `rank` of the cluster where `pred` holds (a
+// predicated arrive, not a branch: WG0 releases buffers while a wgmma is in flight, and a divergent
+// branch there makes ptxas serialise the wgmma).
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t rank, bool pred) {
   asm volatile(
-      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
-      "r"(rank)
+      "{\n.reg .pred p;\n.reg .b32 ra;\nsetp.ne.b32 p, %2, 0;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+      "@p mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+      "r"(rank), "r"(static_cast<int>(pred))
       : "memory");
 }
 // Default (CTA-scope) semantics: an acquire at cluster scope invalidates L1 on every wait (ncu:
@@ -220,6 +224,14 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "%5}], [%6];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(w), "r"(bar)
       : "memory");
+}
+// `bytes` (a multiple of 16, 16-byte aligned) at p into L2 (the bulk-copy engine; no barrier).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+}
+// The line holding p into L2.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p) : "memory");
 }
 // The same box into L2 only (no shared memory, no barrier).
 __device__ __forceinline__ void tma_prefetch_4d(const CUtensorMap* map, int x, int y, int z, int w) {
