@@ -317,8 +317,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
   // S = Q K^T of the chunk in buffer b over 512 dims: 32 k-steps of 16 (4 per 64-dim column, 32 bytes
   // apart), committed as one group.
   float s[32];
-  auto issue_s = [&](int b) {
-    const uint32_t k_desc = k_desc0 + b * (kOperandBytes >> 4);
+  auto issue_s = [&](uint32_t k_desc) {
     wgmma_fence_operands32(s);
     wgmma_fence();
 #pragma unroll
@@ -330,8 +329,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
   };
   // Softmax of the chunk in buffer b (list li; its S in s), P and alpha to WG1, and this
   // warpgroup's P·V issued and committed.
-  auto softmax_pv = [&](int b, int li, int ig) {
-    const uint32_t v_desc = v_desc0 + b * (kOperandBytes >> 4);
+  auto softmax_pv = [&](int b, int li, int ig, uint32_t v_desc) {
     // Online softmax (base 2). s[4j + {0,1}]: row0, keys 8j + 2 tig + {0,1}; s[4j + {2,3}]: row0 + 8.
     const float scl = p.logit_scale_log2[li];
     const float vs = kValueScale ? p.value_scale[li] : 1.0f;
@@ -410,13 +408,16 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
   if constexpr (!kOverlap) {
     for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++ig) {
       const int b = ig & 1;
+      const int li = walk.list_of(c);
+      const uint32_t k_desc = k_desc0 + b * (kOperandBytes >> 4);
+      const uint32_t v_desc = v_desc0 + b * (kOperandBytes >> 4);
       wait_chunk<CLUSTER, kCopied>(st, b, (ig >> 1) & 1);
       if (tid == 0) trace::chunk(ig, trace::kWg0Full);
-      issue_s(b);
+      issue_s(k_desc);
       wgmma_wait0();
       wgmma_fence_operands32(s);
       if (tid == 0) trace::chunk(ig, trace::kWg0Qk);
-      softmax_pv(b, walk.list_of(c), ig);
+      softmax_pv(b, li, ig, v_desc);
       wgmma_wait0();
       wgmma_fence_operands128(o);
       release_buffer<CLUSTER>(st, b);
@@ -429,7 +430,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     if (c < walk.c_end) {
       wait_chunk<CLUSTER, kCopied>(st, ig & 1, (ig >> 1) & 1);
       if (tid == 0) trace::chunk(ig, trace::kWg0Full);
-      issue_s(ig & 1);
+      issue_s(k_desc0 + (ig & 1) * (kOperandBytes >> 4));
       wgmma_wait0();
       wgmma_fence_operands32(s);
     }
@@ -437,13 +438,13 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
       const int b = ig & 1;
       const int c_next = walk.next_active(c + 1);
       if (tid == 0) trace::chunk(ig, trace::kWg0Qk);
-      softmax_pv(b, walk.list_of(c), ig);
+      softmax_pv(b, walk.list_of(c), ig, v_desc0 + b * (kOperandBytes >> 4));
       // One branch holds every wait of the groups in flight (ptxas serialises the wgmma when it
       // cannot see a wait on every path).
       if (c_next < walk.c_end) {
         wait_chunk<CLUSTER, kCopied>(st, b ^ 1, ((ig + 1) >> 1) & 1);
         if (tid == 0) trace::chunk(ig + 1, trace::kWg0Full);
-        issue_s(b ^ 1);
+        issue_s(k_desc0 + (b ^ 1) * (kOperandBytes >> 4));
         wgmma_wait1();  // this chunk's P·V (the older group) is done; the next S may still run
         wgmma_fence_operands128(o);
         release_buffer<CLUSTER>(st, b);
