@@ -578,10 +578,10 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
 
 // WG0 issues the next chunk's S right behind this chunk's P·V: FP8 split runs of single-item CTAs
 // (two or three chunks each). S, P and O are then live at once, so WG0 takes 16 registers from the
-// producer. H200: CONFIG2 / CONFIG4 b=2 21.3 / 21.5 -> 21.0 / 21.3 us with the epilogue's own stats
-// alone, 20.7 / 20.9 with both. Everywhere else it is slower (bf16 decode 15-19 %, prefill 16-21 %,
-// CONFIG2 b=64 15 %): the early S queues ahead of WG1's P·V on the tensor cores and delays the
-// buffer's release, and WG0's gap it fills was already covered by that P·V.
+// producer. H200, CONFIG2 / CONFIG4 b=2: 21.2-21.4 / 21.5-21.6 us as before, 20.9-21.0 / 21.2-21.4
+// with the split epilogue alone, 20.6-20.8 / 20.9-21.0 with both. Everywhere else it is slower
+// (bf16 decode 15-19 %, prefill 16-21 %, CONFIG2 b=64 15 %): WG1's P·V already covers WG0's gap
+// before S, and the early S likely queues ahead of that P·V and delays the buffer's release.
 template <uint32_t L, bool kPersistent, bool kSplit>
 constexpr bool kOverlapS = kSplit && !kPersistent && L != DSV4_KV_LAYOUT_BF16;
 // Register budgets of WG0, WG1 and the producer (setmaxnreg).
