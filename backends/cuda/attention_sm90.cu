@@ -173,6 +173,13 @@ __device__ __forceinline__ void quad_transpose(uint32_t* v, int tig) {
   }
 }
 
+// A split's final row max and sum (the combine's weights) for partial row `row`.
+__device__ __forceinline__ void store_split_stats(const attention_params& p, int64_t row, float m, float l) {
+  float* pml = p.partial_ml + row * 2;
+  pml[0] = m;
+  pml[1] = l;
+}
+
 // Normalises (sink) and writes this warpgroup's half of O, or its split partials. WG0 has
 // published the item's final row max, sum and factors in fin_rows(k) before the barrier.
 // kStaged: O goes through this warpgroup's half of the Q tile (no longer read once both
@@ -251,9 +258,7 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
       }
     }
     if (!kAlone && tid < kRows && st.head0 + tid < p.num_heads) {
-      float* pml = p.partial_ml + (pbase + st.head0 + tid) * 2;
-      pml[0] = m_fin[tid];
-      pml[1] = l_fin[tid];
+      store_split_stats(p, pbase + st.head0 + tid, m_fin[tid], l_fin[tid]);
     }
   }
 }
@@ -479,11 +484,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int head = st.head0 + row0 + 8 * h;
-        if (head < p.num_heads) {
-          float* pml = p.partial_ml + (pbase + head) * 2;
-          pml[0] = m_run[h];
-          pml[1] = l_run[h];
-        }
+        if (head < p.num_heads) store_split_stats(p, pbase + head, m_run[h], l_run[h]);
       }
     }
   } else if (tig == 0) {
