@@ -24,6 +24,10 @@ namespace cuda {
 namespace {
 
 const dsv4_host_services* g_host = nullptr;
+// An environment variable through the host's services (tuning and test knobs); nullptr when unset.
+const char* host_env(const char* name) {
+  return g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env(name) : nullptr;
+}
 
 dsv4_status fail(dsv4_status status, const char* format, ...) __attribute__((format(printf, 2, 3)));
 dsv4_status fail(dsv4_status status, const char* format, ...) {
@@ -286,7 +290,7 @@ dsv4_status size_plan(plan* p) {
   int tiles = std::min(kMaxHeadTiles, (o.num_heads + kMmaRows - 1) / kMmaRows);
   if (tiles == 3) tiles = 4;
   // DSV4_CUDA_CHUNK=32 forces the small-chunk variant (tests run it on large-memory GPUs).
-  const char* env = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_CHUNK") : nullptr;
+  const char* env = host_env("DSV4_CUDA_CHUNK");
   const bool force_small = env != nullptr && std::atoi(env) == kSmallChunkKeys;
   int chunk = kChunkKeys;
   for (; tiles >= 1 && !force_small; tiles /= 2) {
@@ -324,8 +328,8 @@ dsv4_status size_plan(plan* p) {
   // 104 vs 145 us, bf16 CONFIG1 49.5 vs 81.1 us). DSV4_CUDA_KERNEL (A/B runs, tests): =mma never
   // uses a Hopper kernel; =wgmma keeps runs of > 32 heads off the small-head kernel's 16-head tiles
   // (sm90_narrow), =small puts them there.
-  const char* kenv = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_KERNEL") : nullptr;
-  const char* senv = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_MAX_SPLITS") : nullptr;
+  const char* kenv = host_env("DSV4_CUDA_KERNEL");
+  const char* senv = host_env("DSV4_CUDA_MAX_SPLITS");
   if (senv != nullptr) p->max_splits = std::max(0, std::atoi(senv));
   if (kenv != nullptr && std::strcmp(kenv, "small") == 0) p->force_sm90_narrow = 1;
   if (kenv != nullptr && std::strcmp(kenv, "wgmma") == 0) p->force_sm90_narrow = -1;
@@ -370,7 +374,7 @@ dsv4_status size_plan(plan* p) {
     // runs, tests): 0 = one CTA per item; n > 0 = at most n CTAs, looping over items.
     const cudaError_t rerr = attention_sm90_resident(p->ctx->sm_count, h.resident);
     if (rerr != cudaSuccess) return cuda_fail(rerr, "plan: occupancy (sm90)");
-    const char* penv = g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env("DSV4_CUDA_PERSISTENT") : nullptr;
+    const char* penv = host_env("DSV4_CUDA_PERSISTENT");
     if (penv != nullptr) {
       const int cap = std::max(0, std::atoi(penv));
       for (int& r : h.resident) r = std::min(r, cap);
