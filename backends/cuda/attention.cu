@@ -477,8 +477,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
         const int key = key0 + n * 8 + 2 * tig;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const float e0 = exp2f(sr[n][2 * half] - m_use[half]);
-          const float e1 = exp2f(sr[n][2 * half + 1] - m_use[half]);
+          const float e0 = exp2_ftz(sr[n][2 * half] - m_use[half]);
+          const float e1 = exp2_ftz(sr[n][2 * half + 1] - m_use[half]);
           sum[half] += e0 + e1;
           *reinterpret_cast<__nv_bfloat162*>(p_s + (mt * 16 + g + 8 * half) * (CHUNK + kBf16Pad) + key) =
               __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
@@ -496,7 +496,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
 #pragma unroll
         for (int w = 0; w < GK; ++w) m_new = fmaxf(m_new, red_max_s[w * HT + tid]);
         m_next_s[tid] = m_new;
-        alpha_s[tid] = exp2f(m_old - (m_new == -INFINITY ? 0.0f : m_new));
+        alpha_s[tid] = exp2_ftz(m_old - (m_new == -INFINITY ? 0.0f : m_new));
       }
     } else {
       // Online softmax (base 2) over the summed S parts: TPR threads per head row, each KPT keys.
@@ -522,8 +522,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       __nv_bfloat16* prow = p_s + row * (CHUNK + kBf16Pad) + sub * KPT;
 #pragma unroll
       for (int j = 0; j < KPT; j += 2) {
-        const float e0 = exp2f(sv[j] - m_use);
-        const float e1 = exp2f(sv[j + 1] - m_use);
+        const float e0 = exp2_ftz(sv[j] - m_use);
+        const float e1 = exp2_ftz(sv[j + 1] - m_use);
         sum += e0 + e1;
         const __nv_bfloat162 pv = __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
         *reinterpret_cast<__nv_bfloat162*>(prow + j) = pv;
@@ -532,7 +532,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       for (int off = TPR / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
       __syncwarp();
       if (sub == 0) {
-        const float alpha = exp2f(m_old - m_use);
+        const float alpha = exp2_ftz(m_old - m_use);
         alpha_s[row] = alpha;
         l_s[row] = l_s[row] * alpha + sum;
         m_s[row] = m_new;

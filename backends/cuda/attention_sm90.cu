@@ -332,45 +332,80 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     }
     wgmma_commit();
   };
-  // Softmax of the chunk in buffer b (list li; its S in s), P and alpha to WG1, and this
-  // warpgroup's P·V issued and committed.
-  auto softmax_pv = [&](int b, int li, int ig, uint32_t v_desc) {
-    // Online softmax (base 2). s[4j + {0,1}]: row0, keys 8j + 2 tig + {0,1}; s[4j + {2,3}]: row0 + 8.
-    const float scl = p.logit_scale_log2[li];
-    const float vs = kValueScale ? p.value_scale[li] : 1.0f;
-    const uint32_t* valid = reinterpret_cast<const uint32_t*>(st.smem + sm90_map::valid) + b * kKeys;
-    float mx[2] = {-INFINITY, -INFINITY};
+  // This thread's 16 key flags of buffer b (bit 2j + e: key 8j + 2 tig + e).
+  auto key_flags = [&](int b) {
+    const uint2* valid = reinterpret_cast<const uint2*>(st.smem + sm90_map::valid) + b * (kKeys / 2);
+    uint32_t f = 0;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const int key = 8 * j + 2 * tig;
-      const bool v0 = valid[key] != 0;
-      const bool v1 = valid[key + 1] != 0;
-      s[4 * j + 0] = v0 ? s[4 * j + 0] * scl : -INFINITY;
-      s[4 * j + 1] = v1 ? s[4 * j + 1] * scl : -INFINITY;
-      s[4 * j + 2] = v0 ? s[4 * j + 2] * scl : -INFINITY;
-      s[4 * j + 3] = v1 ? s[4 * j + 3] * scl : -INFINITY;
-      mx[0] = fmaxf(mx[0], fmaxf(s[4 * j + 0], s[4 * j + 1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
+      const uint2 v = valid[4 * j + tig];
+      f |= (v.x != 0 ? 1u : 0u) << (2 * j);
+      f |= (v.y != 0 ? 1u : 0u) << (2 * j + 1);
+    }
+    return f;
+  };
+  auto rescale_o = [&](const float* a) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      o[4 * j + 0] *= a[0];
+      o[4 * j + 1] *= a[0];
+      o[4 * j + 2] *= a[1];
+      o[4 * j + 3] *= a[1];
+    }
+  };
+  // Softmax of the chunk in buffer b (list li; its S in s; flags: key_flags(b)), P and alpha to WG1,
+  // and this warpgroup's P·V issued and committed. The exps (MUFU, 16 lanes a cycle per SM) set its
+  // pace, so what precedes the first one is kept short (flags in a register, unscaled logits, maxima
+  // as trees), and the bf16 kernels, which have registers to spare, rescale O on the FMA pipe while
+  // the exps run (H200: bf16 CONFIG2 b=64 about 101 -> 96.5 us, prefill 64 heads 657 -> 646, with
+  // the register budgets of kRegs).
+  auto softmax_pv = [&](int b, int li, int ig, uint32_t v_desc, uint32_t flags) {
+    // Online softmax (base 2). s[4j + {0,1}]: row0, keys 8j + 2 tig + {0,1}; s[4j + {2,3}]: row0 + 8.
+    // The logits stay unscaled until the exponent: max(scl x) = scl max(x) for scl > 0.
+    const float scl = p.logit_scale_log2[li];
+    const float vs = kValueScale ? p.value_scale[li] : 1.0f;
+    float mx[2][8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const bool v0 = (flags >> (2 * j)) & 1u;
+      const bool v1 = (flags >> (2 * j + 1)) & 1u;
+      s[4 * j + 0] = v0 ? s[4 * j + 0] : -INFINITY;
+      s[4 * j + 1] = v1 ? s[4 * j + 1] : -INFINITY;
+      s[4 * j + 2] = v0 ? s[4 * j + 2] : -INFINITY;
+      s[4 * j + 3] = v1 ? s[4 * j + 3] : -INFINITY;
+      mx[0][j] = fmaxf(s[4 * j + 0], s[4 * j + 1]);
+      mx[1][j] = fmaxf(s[4 * j + 2], s[4 * j + 3]);
+    }
+#pragma unroll
+    for (int w = 4; w > 0; w /= 2) {
+#pragma unroll
+      for (int j = 0; j < w; ++j) {
+        mx[0][j] = fmaxf(mx[0][j], mx[0][j + w]);
+        mx[1][j] = fmaxf(mx[1][j], mx[1][j + w]);
+      }
     }
     float a[2];
-    float m_use[2];
+    float neg_m[2];  // -(the max the exps use)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      const float m_new = fmaxf(m_run[h], mx[h]);
-      m_use[h] = m_new == -INFINITY ? 0.0f : m_new;
-      a[h] = exp2f(m_run[h] - m_use[h]);
+      float m = mx[h][0];
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const float m_new = fmaxf(m_run[h], m * scl);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      a[h] = exp2_ftz(m_run[h] - m_use);
+      neg_m[h] = -m_use;
       m_run[h] = m_new;
     }
+    if constexpr (kCopied) rescale_o(a);
     uint32_t pk[16];  // P as bf16 pairs: pk[2j] row0, pk[2j+1] row0 + 8 (keys 8j + 2 tig)
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float e0 = exp2f(s[4 * j + 2 * h] - m_use[h]);
-        const float e1 = exp2f(s[4 * j + 2 * h + 1] - m_use[h]);
+        const float e0 = exp2_ftz(fmaf(s[4 * j + 2 * h], scl, neg_m[h]));
+        const float e1 = exp2_ftz(fmaf(s[4 * j + 2 * h + 1], scl, neg_m[h]));
         sum[h] += e0 + e1;
         const __nv_bfloat162 v = __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
         pk[2 * j + h] = *reinterpret_cast<const uint32_t*>(&v);
@@ -393,14 +428,9 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     fence_proxy_async();
     named_arrive(1 + b, 256);
     if (tid == 0) trace::chunk(ig, trace::kWg0P);
-    // O[:, 0:256] = alpha O + P V (P from registers: the S accumulator layout is the A layout).
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      o[4 * j + 0] *= a[0];
-      o[4 * j + 1] *= a[0];
-      o[4 * j + 2] *= a[1];
-      o[4 * j + 3] *= a[1];
-    }
+    // O[:, 0:256] = alpha O + P V (P from registers: the S accumulator layout is the A layout). The
+    // FP8 kernels rescale only here: O, S and P live at once spill there.
+    if constexpr (!kCopied) rescale_o(a);
     wgmma_fence_operands128(o);
     wgmma_fence();
 #pragma unroll
@@ -419,10 +449,14 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
       wait_chunk<CLUSTER, kCopied>(st, b, (ig >> 1) & 1);
       if (tid == 0) trace::chunk(ig, trace::kWg0Full);
       issue_s(k_desc);
+      // bf16 kernels read the key flags while S runs (held across the wait, the register costs the
+      // FP8 kernels spills).
+      uint32_t flags = kCopied ? key_flags(b) : 0u;
       wgmma_wait0();
       wgmma_fence_operands32(s);
       if (tid == 0) trace::chunk(ig, trace::kWg0Qk);
-      softmax_pv(b, li, ig, v_desc);
+      if constexpr (!kCopied) flags = key_flags(b);
+      softmax_pv(b, li, ig, v_desc, flags);
       wgmma_wait0();
       wgmma_fence_operands128(o);
       release_buffer<CLUSTER>(st, b);
@@ -443,7 +477,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
       const int b = ig & 1;
       const int c_next = walk.next_active(c + 1);
       if (tid == 0) trace::chunk(ig, trace::kWg0Qk);
-      softmax_pv(b, walk.list_of(c), ig, v_desc0 + b * (kOperandBytes >> 4));
+      softmax_pv(b, walk.list_of(c), ig, v_desc0 + b * (kOperandBytes >> 4), key_flags(b));
       // One branch holds every wait of the groups in flight (ptxas serialises the wgmma when it
       // cannot see a wait on every path).
       if (c_next < walk.c_end) {
@@ -586,9 +620,11 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
 template <uint32_t L, bool kPersistent, bool kSplit>
 constexpr bool kOverlapS = kSplit && !kPersistent && L != DSV4_KV_LAYOUT_BF16;
 // Register budgets of WG0, WG1 and the producer (setmaxnreg).
+// The bf16 producer only issues cp.async: its registers go to WG0 (H200, with consumer0_item's
+// softmax: prefill 64 heads 738 -> 646 us against 192 / 160 / 152, where WG0 spilled).
 template <uint32_t L, bool kPersistent, bool kSplit>
-constexpr int kRegs[3] = {kOverlapS<L, kPersistent, kSplit> ? 208 : 192, 160,
-                          kOverlapS<L, kPersistent, kSplit> ? 136 : 152};
+constexpr int kRegs[3] = {L == DSV4_KV_LAYOUT_BF16 ? 240 : kOverlapS<L, kPersistent, kSplit> ? 208 : 192, 160,
+                          L == DSV4_KV_LAYOUT_BF16 ? 104 : kOverlapS<L, kPersistent, kSplit> ? 136 : 152};
 
 // Consumer threads prefetch the rows of a split CTA's second chunk (FP8 caches; bf16 rows are copied
 // by cp.async, two chunks at once from the start). H200: CONFIG2 / CONFIG4 b=2 0.1-0.2 us faster;

@@ -177,13 +177,13 @@ __device__ __forceinline__ void small_consumer(const attention_params& p, const 
                                     fmaxf(red_max[2 * kMaxRows + r], red_max[3 * kMaxRows + r]));
         const float m_new = fmaxf(m_run[mt][h], m_chunk);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[mt][h] = exp2f(m_run[mt][h] - m_use);
+        alpha[mt][h] = exp2_ftz(m_run[mt][h] - m_use);
         m_run[mt][h] = m_new;
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          const float e0 = exp2f(s[mt][nt][2 * h] - m_use);
-          const float e1 = exp2f(s[mt][nt][2 * h + 1] - m_use);
+          const float e0 = exp2_ftz(s[mt][nt][2 * h] - m_use);
+          const float e1 = exp2_ftz(s[mt][nt][2 * h + 1] - m_use);
           sum += e0 + e1;
           *reinterpret_cast<uint32_t*>(pbuf + r * kPStride + (16 * warp + 8 * nt + 2 * tig) * 2) =
               pack_bf16(e0 * vs, e1 * vs);

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdarg>
 #include <cstdlib>
@@ -468,7 +469,9 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   const float q_scale = a.q_is_fp8 ? o.q_scale : 1.0f;
   for (int i = 0; i < 2; ++i) {
     a.value_scale[i] = cache_value_scale(a.cache[i]);
-    a.logit_scale_log2[i] = o.softmax_scale * q_scale * a.value_scale[i] * 1.4426950408889634f;
+    // Positive even where the product underflows: the Hopper softmax scales its maxima and logits
+    // by it (0 * -inf would be NaN there).
+    a.logit_scale_log2[i] = std::max(o.softmax_scale * q_scale * a.value_scale[i] * 1.4426950408889634f, FLT_MIN);
   }
   a.stage_bytes = static_cast<int32_t>(p.stage_bytes);
   a.q_aligned16 = !a.q_is_fp8 && reinterpret_cast<uintptr_t>(run.q.data) % 16 == 0 && run.q.stride_b % 8 == 0 &&

@@ -886,6 +886,18 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   {
+    // softmax_scale x q_scale x kv_scale underflows to 0 in fp32. The module clamps the kernels'
+    // logit scale to FLT_MIN: every weight equal, as in the reference, where 0 would turn the Hopper
+    // softmax's masked keys (unscaled -inf logits times the scale) into NaN.
+    explicit_case c;
+    c.name = "sm90-per-tensor-fp8-q-h64-scale-underflow";
+    per_tensor_fp8_q(c);
+    c.heads = 64;
+    c.topk = 70;
+    c.softmax_scale = 1e-45f;
+    add(c);
+  }
+  {
     explicit_case c;  // FP8 64 heads, splits over 160 tokens
     c.name = "sm90-v4-decode-h64-b80";
     c.special_rows = true;
