@@ -289,6 +289,17 @@ __device__ __forceinline__ void release_buffer(const cta_state& st, int b) {
 template <int CLUSTER>
 constexpr uint32_t kEmptyArrivals = 256u + 8u * (CLUSTER - 1);
 
+// A consumer's O accumulators (its 256 dims of rows row0 and row0 + 8) times the rows' factors.
+__device__ __forceinline__ void scale_o_rows(float* o, float a0, float a1) {
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    o[4 * j + 0] *= a0;
+    o[4 * j + 1] *= a0;
+    o[4 * j + 2] *= a1;
+    o[4 * j + 3] *= a1;
+  }
+}
+
 // WG0: S = Q K^T, softmax, P to WG1, O[:, 0:256] += P V.
 // kCopied: the buffers were filled by cp.async (completed on the full barrier; see wait_chunk).
 // kValueScale: the per-tensor FP8 layout scales P by the list's kv_scale (1 for the other layouts).
@@ -344,15 +355,6 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     }
     return f;
   };
-  auto rescale_o = [&](const float* a) {
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      o[4 * j + 0] *= a[0];
-      o[4 * j + 1] *= a[0];
-      o[4 * j + 2] *= a[1];
-      o[4 * j + 3] *= a[1];
-    }
-  };
   // Softmax of the chunk in buffer b (list li; its S in s; flags: key_flags(b)), P and alpha to WG1,
   // and this warpgroup's P·V issued and committed. The exps (MUFU, 16 lanes a cycle per SM) set its
   // pace, so what precedes the first one is kept short (flags in a register, unscaled logits, maxima
@@ -397,7 +399,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
       neg_m[h] = -m_use;
       m_run[h] = m_new;
     }
-    if constexpr (kCopied) rescale_o(a);
+    if constexpr (kCopied) scale_o_rows(o, a[0], a[1]);
     uint32_t pk[16];  // P as bf16 pairs: pk[2j] row0, pk[2j+1] row0 + 8 (keys 8j + 2 tig)
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -430,7 +432,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     if (tid == 0) trace::chunk(ig, trace::kWg0P);
     // O[:, 0:256] = alpha O + P V (P from registers: the S accumulator layout is the A layout). The
     // FP8 kernels rescale only here: O, S and P live at once spill there.
-    if constexpr (!kCopied) rescale_o(a);
+    if constexpr (!kCopied) scale_o_rows(o, a[0], a[1]);
     wgmma_fence_operands128(o);
     wgmma_fence();
 #pragma unroll
@@ -578,15 +580,7 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
     if (kPersistent && walk.next_active(c + 1) >= walk.c_end) load_next_q(false);  // WG0's last S is done
     if (wtid == 0) trace::chunk(ig, trace::kWg1P);
     const float* alpha = reinterpret_cast<const float*>(st.smem + sm90_map::alpha) + b * kRows;
-    const float a0 = alpha[row0];
-    const float a1 = alpha[row0 + 8];
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      o[4 * j + 0] *= a0;
-      o[4 * j + 1] *= a0;
-      o[4 * j + 2] *= a1;
-      o[4 * j + 3] *= a1;
-    }
+    scale_o_rows(o, alpha[row0], alpha[row0 + 8]);
     wgmma_fence_operands128(o);
     wgmma_fence();
 #pragma unroll
