@@ -1,20 +1,28 @@
 // Sparse MLA attention for Hopper (sm_90a) with few heads (1..32): two converting producer
-// warpgroups feed one mma.sync consumer warpgroup.
+// warpgroups feed one consumer warpgroup.
 //
 // A key row costs the same gather and dequantisation for 8 heads as for 64, while the tensor-core
 // work shrinks with the heads; the 64-head kernel's single producer warpgroup (one warp per
 // scheduler, latency-bound) sets its pace. Here two producer warpgroups split every chunk, and the
-// consumer's tensor-core work is sized to 16 or 32 rows instead of wgmma's 64.
+// consumer's tensor-core work is sized to 16 or 32 heads instead of wgmma's 64 rows.
 //
 // One CTA = one (token, key split, group of 16 * MT heads); 384 threads:
 //   WG1, WG2 (producers, sm90_pipeline.cuh): rows 0..31 and 32..63 of every 64-key chunk, gathered,
 //       dequantised (FP8) or copied (bf16) into one of two K buffers (the 128B-swizzled layout of the
 //       64-head kernel); full / empty mbarriers hand the buffers over.
-//   WG0 (consumer, warps w = 0..3): S = Q K^T for keys 16w..16w+15 of the chunk and every head
-//       (mma.sync m16n8k16, operands by ldmatrix); the chunk's row maxima meet in shared memory; P
-//       (bf16) to shared memory; O[:, 128w..128w+127] += P V (V: the same buffer, ldmatrix.trans).
+//   WG0 (consumer, warps w = 0..3), by tile width:
+//     16 heads (mma.sync): S = Q K^T for keys 16w..16w+15 of the chunk and every head (m16n8k16,
+//       operands by ldmatrix); the chunk's row maxima meet in shared memory; P (bf16) to shared
+//       memory; O[:, 128w..128w+127] += P V (V: the same buffer, ldmatrix.trans).
+//     32 heads (wgmma, transposed): wgmma's 64 rows are the chunk's keys (S^T = K Q^T) and 64-dim
+//       blocks of the value (O^T = V^T P^T), its N the 32 heads, every operand read from shared
+//       memory by the tensor cores. Warp w holds keys 16w..16w+15 of S^T, so a head's chunk maximum
+//       meets over the warp's lanes and then the four warps in shared memory; P^T (bf16,
+//       [head][key], 128B-swizzled) goes to shared memory. With mma.sync, 32 heads loaded Q, K and V
+//       fragments by ldmatrix for two m-tiles every chunk; for 16 heads mma.sync stays the faster
+//       (H200: docs/performance.md, round 29).
 // Numerics match the other kernels: logits scaled in fp32 (base 2), P rounded to bf16, fp32 O and
-// sums (each warp keeps the sum over its keys; the parts are added once at the end).
+// sums (each thread keeps the sum over its keys; the parts are added once at the end).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -25,6 +33,7 @@
 #include "device_common.cuh"
 #include "kernels.h"
 #include "sm90_pipeline.cuh"
+#include "wgmma_ops.cuh"
 
 namespace dsv4 {
 namespace cuda {
@@ -32,36 +41,42 @@ namespace {
 
 constexpr int kSmallThreads = 384;
 constexpr int kMaxRows = 32;                      // heads per CTA: 16 * MT, MT <= 2
-constexpr int kQStride = (kHeadDim + 8) * 2;      // bf16 Q / output staging row, 16 bytes of padding
-constexpr int kPStride = (kKeys + 8) * 2;         // bf16 P row (64 keys), 16 bytes of padding
+constexpr int kStageStride = (kHeadDim + 8) * 2;  // bf16 Q (16-head tiles) / output staging row, 16 bytes of padding
+constexpr int kPStride = (kKeys + 8) * 2;         // bf16 P row of 16-head tiles (64 keys), 16 bytes of padding
 
 // Shared-memory map (offsets from a 1024-byte aligned base); k, valid and counts as the producers
-// expect them.
+// expect them. q: the Q tile (16 heads: padded rows; 32 heads: 128B-swizzled in 64-dim columns of 32
+// rows, the B operand of S^T), later the output staging. p: P (16 heads: padded rows) or P^T (32
+// heads: 64-key rows of 128 bytes, swizzled).
 struct small_map {
   static constexpr int k = 0;                                // two K buffers
-  static constexpr int q = k + 2 * kOperandBytes;            // Q tile, later the output staging
-  static constexpr int p = q + kMaxRows * kQStride;          // P
-  static constexpr int valid = p + kMaxRows * kPStride;      // [2][64] uint32 flags
+  static constexpr int q = k + 2 * kOperandBytes;
+  static constexpr int q_bytes = (kMaxRows * kStageStride + 1023) / 1024 * 1024;
+  static constexpr int p = q + q_bytes;
+  static constexpr int p_bytes = kMaxRows * kAtomBytes;
+  static constexpr int valid = p + p_bytes;                  // [2][64] uint32 flags
   static constexpr int red_max = valid + 2 * kKeys * 4;      // [4 warps][32] fp32
   static constexpr int red_sum = red_max + 4 * kMaxRows * 4; // [4 warps][32] fp32
   static constexpr int sink = red_sum + 4 * kMaxRows * 4;    // [32] fp32 sink logits (-inf: none)
   static constexpr int bars = sink + kMaxRows * 4;           // full[2], empty[2] (8 bytes each)
   static constexpr int counts = bars + 4 * 8;                // list counts [2] (+ scratch)
   static constexpr int total = counts + 16;
+  static_assert(kMaxRows * kHeadDim * 2 <= q_bytes && 16 * kPStride <= p_bytes, "Q and P fit their regions");
 };
 constexpr size_t kSmallSmemBytes = small_map::total + 1024;  // + alignment slack
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // Named barriers of the consumer warpgroup (0 is __syncthreads).
-constexpr int kBarMax = 1;    // every warp's chunk row maxima are stored
+constexpr int kBarMax = 1;    // every warp's chunk maxima are stored
 constexpr int kBarP = 2;      // every warp's P is stored
-constexpr int kBarSum = 3;    // every warp's row sums are stored (and its last Q K^T is done)
+constexpr int kBarSum = 3;    // every warp's sums are stored (and its last Q K^T is done)
 constexpr int kBarStage = 4;  // the output staging is complete
 
-// WG0. MT: 16-row m-tiles (heads 16 mt + r). kValueScale: P times the per-tensor FP8 value scale.
-template <int MT, bool kValueScale>
-__device__ __forceinline__ void small_consumer(const attention_params& p, const cta_state& st, const chunk_walk& walk,
-                                               int tid) {
+// WG0 of a 16-head tile (mma.sync). kValueScale: P times the per-tensor FP8 value scale.
+template <bool kValueScale>
+__device__ __forceinline__ void small_consumer_mma(const attention_params& p, const cta_state& st,
+                                                   const chunk_walk& walk, int tid) {
+  constexpr int MT = 1;  // 16-row m-tiles (heads 16 mt + r)
   const int warp = tid / 32;
   const int lane = tid % 32;
   const int g = lane / 4;
@@ -87,7 +102,7 @@ __device__ __forceinline__ void small_consumer(const attention_params& p, const 
   // 128B swizzle a 16-byte unit u of row r sits at (u ^ (r % 8)) within its 128-byte row, r % 8 = l % 8
   // here: the four XOR patterns a lane needs are computed once.
   const int j = lane / 8;
-  const uint32_t q_lane = st.base + small_map::q + (lane % 16) * kQStride + (lane / 16) * 16;
+  const uint32_t q_lane = st.base + small_map::q + (lane % 16) * kStageStride + (lane / 16) * 16;
   const uint32_t p_lane = st.base + small_map::p + (lane % 16) * kPStride + (lane / 16) * 16;
   uint32_t k_lane[4], v_lane[4];
 #pragma unroll
@@ -105,8 +120,8 @@ __device__ __forceinline__ void small_consumer(const attention_params& p, const 
     mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
     if (tid == 0) trace::chunk(i, trace::kWg0Full);
     // S = Q K^T: 32 k-steps of 16 dims; s[mt][nt]: keys 16 warp + 8 nt + 2 tig + {0, 1}, rows g / g + 8.
-    // With one m-tile, even and odd k-steps accumulate apart (four dependent mma chains, not two).
-    constexpr int kChains = MT == 1 ? 2 : 1;
+    // Even and odd k-steps accumulate apart (four dependent mma chains, not two).
+    constexpr int kChains = 2;
     float sc[kChains][MT][2][4];
 #pragma unroll
     for (int ch = 0; ch < kChains; ++ch)
@@ -123,7 +138,7 @@ __device__ __forceinline__ void small_consumer(const attention_params& p, const 
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         uint32_t a[4];
-        ldmatrix_x4(a, q_lane + mt * 16 * kQStride + ks * 32);
+        ldmatrix_x4(a, q_lane + mt * 16 * kStageStride + ks * 32);
         mma_bf16(sc[ks % kChains][mt][0], a, kf[0], kf[1]);
         mma_bf16(sc[ks % kChains][mt][1], a, kf[2], kf[3]);
       }
@@ -256,7 +271,7 @@ __device__ __forceinline__ void small_consumer(const attention_params& p, const 
         const float factor = row_output_factor_sink(sink[r], m_run[mt][h], l);
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
-          *reinterpret_cast<uint32_t*>(stage + r * kQStride + (128 * warp + 8 * n + 2 * tig) * 2) =
+          *reinterpret_cast<uint32_t*>(stage + r * kStageStride + (128 * warp + 8 * n + 2 * tig) * 2) =
               pack_bf16(o[mt][n][2 * h] * factor, o[mt][n][2 * h + 1] * factor);
         }
         if (warp == 0 && tig == 0 && r < rows) write_row_stats(p, t, st.head0 + r, m_run[mt][h], l);
@@ -266,7 +281,7 @@ __device__ __forceinline__ void small_consumer(const attention_params& p, const 
     for (int u = tid; u < rows * (kHeadDim / 8); u += 128) {
       const int r = u / (kHeadDim / 8);
       const int d = 8 * (u % (kHeadDim / 8));
-      store_out_at(p, out0 + r * p.out.stride_h + d, *reinterpret_cast<const uint4*>(stage + r * kQStride + 2 * d));
+      store_out_at(p, out0 + r * p.out.stride_h + d, *reinterpret_cast<const uint4*>(stage + r * kStageStride + 2 * d));
     }
     if (tid == 0) trace::header(trace::kEpiStaged);
   } else {
@@ -292,24 +307,251 @@ __device__ __forceinline__ void small_consumer(const attention_params& p, const 
   }
 }
 
+// Byte offset of unit `unit` (8 dims) of Q row (head) `row` in the 32-row swizzled tile.
+__device__ __forceinline__ uint32_t q_tile_offset(int row, int unit) {
+  return static_cast<uint32_t>((unit >> 3) * (kMaxRows * kAtomBytes) + row * kAtomBytes + (((unit & 7) ^ (row & 7)) << 4));
+}
+
+// WG0 of a 32-head tile (wgmma, transposed). kValueScale: P times the per-tensor FP8 value scale.
+// Accumulator layout (m64nNH): d[4j + 2h + e] is row 16 warp + g + 8h (a key of S^T, a dim of an O^T
+// block) and column 8j + 2 tig + e (a head): every array below indexed [j][e] is this thread's
+// heads, the same in S^T and O^T.
+template <bool kValueScale>
+__device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, const cta_state& st,
+                                                     const chunk_walk& walk, int tid) {
+  constexpr int NH = kMaxRows;
+  constexpr int NJ = NH / 8;     // 8-head column tiles
+  constexpr int NACC = NH / 2;   // accumulators of one m64nNH tile
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int tig = lane % 4;
+  float o[8][NACC];  // O^T: dims 64 mb + 16 warp + g + 8h
+#pragma unroll
+  for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) o[mb][i] = 0.0f;
+  float m_run[NJ][2];
+  float l_run[NJ][2];  // this thread's share of the head sums (its two keys of each chunk)
+#pragma unroll
+  for (int j = 0; j < NJ; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      m_run[j][e] = -INFINITY;
+      l_run[j][e] = 0.0f;
+    }
+  const uint32_t q_desc = desc_lo(st.base + small_map::q, 16);
+  const uint32_t p_desc = desc_lo(st.base + small_map::p, 16);
+  float* red_max = reinterpret_cast<float*>(st.smem + small_map::red_max);
+  uint8_t* pbuf = st.smem + small_map::p;
+  const int key0 = 16 * warp + g;  // this thread's keys: key0 and key0 + 8
+  int i = 0;
+  for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
+    const int b = i & 1;
+    const int li = walk.list_of(c);
+    const uint32_t kaddr = st.base + small_map::k + b * kOperandBytes;
+    const uint32_t k_desc = desc_lo(kaddr, 16);          // K-major (S^T = K Q^T)
+    const uint32_t v_desc = desc_lo(kaddr, kColBytes);   // MN-major (O^T = V^T P^T)
+    mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
+    if (tid == 0) trace::chunk(i, trace::kWg0Full);
+    // S^T = K Q^T over 512 dims: 32 k-steps of 16 (4 per 64-dim column, 32 bytes apart).
+    float s[NACC];
+    wgmma_fence_operands16(s);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+      wgmma_m64n32_ss(s, desc_at(k_desc, (ks / 4) * kColBytes + (ks % 4) * 32),
+                  desc_at(q_desc, (ks / 4) * (NH * kAtomBytes) + (ks % 4) * 32), ks > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    const uint32_t* valid = reinterpret_cast<const uint32_t*>(st.smem + small_map::valid) + b * kKeys;
+    const bool ok0 = valid[key0] != 0;
+    const bool ok1 = valid[key0 + 8] != 0;
+    wgmma_wait0();
+    wgmma_fence_operands16(s);
+    if (tid == 0) trace::chunk(i, trace::kWg0Qk);
+    // Online softmax (base 2) per head; the logits stay unscaled until the exponent
+    // (max(scl x) = scl max(x) for scl > 0). A head's maximum: this thread's two keys, the warp's
+    // eight key pairs (lanes g), then the four warps.
+    const float scl = p.logit_scale_log2[li];
+    const float vs = kValueScale ? p.value_scale[li] : 1.0f;
+    float mx[NJ][2];
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[4 * j + e] = ok0 ? s[4 * j + e] : -INFINITY;
+        s[4 * j + 2 + e] = ok1 ? s[4 * j + 2 + e] : -INFINITY;
+        float m = fmaxf(s[4 * j + e], s[4 * j + 2 + e]);
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+        mx[j][e] = m;
+      }
+    if (g == 0) {
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) red_max[warp * kMaxRows + 8 * j + 2 * tig + e] = mx[j][e];
+    }
+    named_sync(kBarMax, 128);
+    float alpha[NJ][2];
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int hd = 8 * j + 2 * tig + e;
+        const float m_chunk = fmaxf(fmaxf(red_max[hd], red_max[kMaxRows + hd]),
+                                    fmaxf(red_max[2 * kMaxRows + hd], red_max[3 * kMaxRows + hd]));
+        const float m_new = fmaxf(m_run[j][e], m_chunk * scl);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        alpha[j][e] = exp2_ftz(m_run[j][e] - m_use);
+        m_run[j][e] = m_new;
+        const float e0 = exp2_ftz(fmaf(s[4 * j + e], scl, -m_use));
+        const float e1 = exp2_ftz(fmaf(s[4 * j + 2 + e], scl, -m_use));
+        l_run[j][e] = l_run[j][e] * alpha[j][e] + (e0 + e1);
+        // P^T[head][key] (bf16, RNE as f32_to_bf16), the 128B swizzle of a 64-key row.
+        uint8_t* prow = pbuf + hd * kAtomBytes + 2 * (key0 % 8);
+        *reinterpret_cast<__nv_bfloat16*>(prow + (((key0 / 8) ^ (hd % 8)) << 4)) = __float2bfloat16_rn(e0 * vs);
+        *reinterpret_cast<__nv_bfloat16*>(prow + (((key0 / 8 + 1) ^ (hd % 8)) << 4)) = __float2bfloat16_rn(e1 * vs);
+      }
+    // The tensor cores read P^T through the async proxy.
+    fence_proxy_async();
+    named_sync(kBarP, 128);
+    if (tid == 0) trace::chunk(i, trace::kWg0P);
+    // O^T = alpha O^T + V^T P^T: 4 k-steps of 16 keys (2 KB apart) x 8 dim blocks (8 KB apart).
+#pragma unroll
+    for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) o[mb][4 * j + 2 * h + e] *= alpha[j][e];
+#pragma unroll
+    for (int mb = 0; mb < 8; ++mb) wgmma_fence_operands16(o[mb]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk)
+#pragma unroll
+      for (int mb = 0; mb < 8; ++mb)
+        wgmma_m64n32_ss_ta(o[mb], desc_at(v_desc, mb * kColBytes + kk * 16 * kAtomBytes), desc_at(p_desc, kk * 32), 1);
+    wgmma_commit();
+    wgmma_wait0();
+#pragma unroll
+    for (int mb = 0; mb < 8; ++mb) wgmma_fence_operands16(o[mb]);
+    mbar_arrive(st.empty_bar + 8 * b);  // this thread's reads of buffer b, its flags and P^T are done
+    if (tid == 0) trace::chunk_after(i, trace::kWg0Pv, __float_as_uint(o[7][NACC - 1]), smem_addr(st.smem + small_map::counts + 8));
+  }
+  if (tid == 0) {
+    trace::header(trace::kWg0Epi);
+#if defined(DSV4_SM90_TRACE)
+    if (uint32_t* r = trace::record()) r[trace::kChunksRun] = static_cast<uint32_t>(i);
+#endif
+  }
+
+  // Head sums: the warp's lanes g, then the four warps (every thread's m_run of a head is the same).
+  float* red_sum = reinterpret_cast<float*>(st.smem + small_map::red_sum);
+#pragma unroll
+  for (int j = 0; j < NJ; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float l = l_run[j][e];
+      l += __shfl_xor_sync(0xffffffffu, l, 4);
+      l += __shfl_xor_sync(0xffffffffu, l, 8);
+      l += __shfl_xor_sync(0xffffffffu, l, 16);
+      if (g == 0) red_sum[warp * kMaxRows + 8 * j + 2 * tig + e] = l;
+    }
+  named_sync(kBarSum, 128);
+  const float* sink = reinterpret_cast<const float*>(st.smem + small_map::sink);
+  const int rows = min(NH, p.num_heads - st.head0);
+  const int64_t t = st.t;
+  float lsum[NJ][2];
+#pragma unroll
+  for (int j = 0; j < NJ; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int hd = 8 * j + 2 * tig + e;
+      lsum[j][e] = red_sum[hd] + red_sum[kMaxRows + hd] + red_sum[2 * kMaxRows + hd] + red_sum[3 * kMaxRows + hd];
+    }
+  if (p.num_splits == 1) {
+    // O^T * factor as bf16 into the staging rows [head][dim] (over the Q tile: every S^T is done),
+    // then whole rows out.
+    uint8_t* stage = st.smem + small_map::q;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int hd = 8 * j + 2 * tig + e;
+        const float factor = row_output_factor_sink(sink[hd], m_run[j][e], lsum[j][e]);
+#pragma unroll
+        for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int d = 64 * mb + key0 + 8 * h;
+            *reinterpret_cast<__nv_bfloat16*>(stage + hd * kStageStride + 2 * d) =
+                __float2bfloat16_rn(o[mb][4 * j + 2 * h + e] * factor);
+          }
+        if (warp == 0 && g == 0 && hd < rows) write_row_stats(p, t, st.head0 + hd, m_run[j][e], lsum[j][e]);
+      }
+    named_sync(kBarStage, 128);
+    const int64_t out0 = token_offset(p.out, t, p.seq_q, st.head0);
+    for (int u = tid; u < rows * (kHeadDim / 8); u += 128) {
+      const int r = u / (kHeadDim / 8);
+      const int d = 8 * (u % (kHeadDim / 8));
+      store_out_at(p, out0 + r * p.out.stride_h + d, *reinterpret_cast<const uint4*>(stage + r * kStageStride + 2 * d));
+    }
+    if (tid == 0) trace::header(trace::kEpiStaged);
+  } else {
+    // Unnormalised O rows in the partials' unit map (partial_unit_lane): dims G + 2k + {0, 1} and
+    // G + 8 + 2k + {0, 1} of a 16-dim group G sit at G + 4 partial_unit_lane(k) + {0..3}.
+    const int64_t pbase = (t * p.num_splits + st.split) * p.num_heads + st.head0;
+    const int unit_pos = 4 * partial_unit_lane(g / 2) + g % 2;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int hd = 8 * j + 2 * tig + e;
+        if (hd >= rows) continue;
+        float* po = p.partial_o + (pbase + hd) * kHeadDim + 16 * warp + unit_pos;
+#pragma unroll
+        for (int mb = 0; mb < 8; ++mb) {
+          po[64 * mb] = o[mb][4 * j + e];
+          po[64 * mb + 2] = o[mb][4 * j + 2 + e];
+        }
+        if (warp == 0 && g == 0) {
+          float* pml = p.partial_ml + (pbase + hd) * 2;
+          pml[0] = m_run[j][e];
+          pml[1] = lsum[j][e];
+        }
+      }
+  }
+}
+
 // Full-barrier arrivals per chunk: both producer warpgroups (a bf16 producer thread arrives twice).
 template <uint32_t L>
 constexpr uint32_t kSmallFullArrivals = 2 * kFullArrivals<L>;
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 
-// Register budgets per warpgroup role (setmaxnreg): a 32-head consumer needs 200. The three must
-// not exceed the launch bound's 3 x 168, or the increase waits forever.
-constexpr int kConsumerRegs = 200;
-constexpr int kProducerRegs = 152;
-static_assert(kConsumerRegs + 2 * kProducerRegs <= 3 * 168, "register budgets within the launch bound's");
+// Register budgets per warpgroup role (setmaxnreg), by tile: a 32-head consumer holds 128 of O^T
+// (at 200 / 152 it spilled more; H200, 32 heads b=64: 47.6 -> 45.3 us at 216 / 144). The three
+// must not exceed the launch bound's 3 x 168, or the increase waits forever.
+template <int MT>
+struct small_regs {
+  static constexpr int kConsumer = MT == 1 ? 200 : 216;
+  static constexpr int kProducer = MT == 1 ? 152 : 144;
+  static_assert(kConsumer + 2 * kProducer <= 3 * 168, "register budgets within the launch bound's");
+};
 
+// MT: 16-head tiles per CTA (NH = 16 MT heads).
 template <uint32_t L, int MT>
 __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(const __grid_constant__ attention_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int NH = 16 * MT;
   extern __shared__ uint8_t smem_raw[];
   cta_state st{};
-  cta_begin(st, smem_raw, p, 16 * MT);
+  cta_begin(st, smem_raw, p, NH);
   int32_t* counts = reinterpret_cast<int32_t*>(st.smem + small_map::counts);
   st.full_bar = st.base + small_map::bars;
   st.empty_bar = st.full_bar + 16;
@@ -333,26 +575,33 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if (tid < 16 * MT) {
+  if (tid < NH) {
     const int h = st.head0 + tid;
     reinterpret_cast<float*>(st.smem + small_map::sink)[tid] = h < p.num_heads ? head_sink(p, h) : -INFINITY;
   }
   __syncthreads();
   const chunk_walk walk{p, counts[0], counts[1], c_end};
   if (wg == 0) {
-    set_max_registers_inc<kConsumerRegs>();
-    // Q (16 MT rows, padding heads zero): unit tid % 64 of rows tid / 64 + 2m.
+    set_max_registers_inc<small_regs<MT>::kConsumer>();
+    // Q (NH rows, padding heads zero): unit tid % 64 of rows tid / 64 + 2m; padded rows for mma.sync,
+    // the swizzled tile for wgmma.
     const int unit = tid % 64;
     const int64_t q0 = token_offset(p.q, t, p.seq_q, st.head0);
-    for (int r = tid / 64; r < 16 * MT; r += 2) {
-      load_q_unit(p, st.smem + small_map::q + r * kQStride + 16 * unit, q0 + r * p.q.stride_h + 8 * unit,
-                  st.head0 + r >= p.num_heads);
+    for (int r = tid / 64; r < NH; r += 2) {
+      const uint32_t off = MT == 1 ? r * kStageStride + 16 * unit : q_tile_offset(r, unit);
+      load_q_unit(p, st.smem + small_map::q + off, q0 + r * p.q.stride_h + 8 * unit, st.head0 + r >= p.num_heads);
     }
     cp_async_commit();
     cp_async_wait_all();
+    if constexpr (MT == 2) fence_proxy_async();  // the tensor cores read Q through the async proxy
     named_sync(kBarSum, 128);  // Q is complete (the barrier is free until the end of the loop)
     if (tid == 0) trace::header(trace::kQReady);
-    small_consumer<MT, L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>(p, st, walk, tid);
+    constexpr bool kValueScale = L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+    if constexpr (MT == 1) {
+      small_consumer_mma<kValueScale>(p, st, walk, tid);
+    } else {
+      small_consumer_wgmma<kValueScale>(p, st, walk, tid);
+    }
     if (tid == 0) {
       trace::header(trace::kWg0End);
 #if defined(DSV4_SM90_TRACE)
@@ -360,7 +609,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
 #endif
     }
   } else {
-    set_max_registers_dec<kProducerRegs>();
+    set_max_registers_dec<small_regs<MT>::kProducer>();
     if constexpr (row_format<L>::kBf16) {
       producer_copy<L, small_map, true>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
     } else {

@@ -10,7 +10,7 @@ def regs(n, first):
     return ", ".join(f"%{first + i}" for i in range(n))
 
 
-def fn(name, n, a_regs, trans_b, doc):
+def fn(name, n, a_regs, trans_b, doc, trans_a=0):
     nacc = n // 2  # m64nNk16 f32: N/2 accumulators per thread
     lines = [f"// {doc}", f"__device__ __forceinline__ void {name}(float* d, "]
     if a_regs:
@@ -28,7 +28,7 @@ def fn(name, n, a_regs, trans_b, doc):
         a = f"%{nacc}"
         b = f"%{nacc + 1}"
         pred = f"%{nacc + 2}"
-        tail = f"p, 1, 1, 0, {trans_b}"
+        tail = f"p, 1, 1, {trans_a}, {trans_b}"
     lines.append("  asm volatile(")
     lines.append('      "{\\n.reg .pred p;\\n"')
     lines.append(f'      "setp.ne.b32 p, {pred}, 0;\\n"')
@@ -70,7 +70,12 @@ text += "\n" + fn("wgmma_m64n256_rs_tb", 256, True, 1,
                   "O (64 x 256) += A (64 x 16, registers) * B (16 x 256, MN-major smem)")
 text += "\n" + fn("wgmma_m64n256_ss_tb", 256, False, 1,
                   "O (64 x 256) += A (64 x 16, K-major smem) * B (16 x 256, MN-major smem)")
-text += "\n" + fence_fn(64) + "\n" + fence_fn(256)
+# The small-head kernel's 32-head tiles (attention_sm90_small.cu) compute S^T = K Q^T and
+# O^T = V^T P^T: the keys and the dims fill wgmma's 64 rows, the heads are N.
+text += "\n" + fn("wgmma_m64n32_ss", 32, False, 0, "S^T (64 x 32) += A (64 x 16, K-major smem) * B (32 x 16, K-major smem)^T")
+text += "\n" + fn("wgmma_m64n32_ss_ta", 32, False, 0,
+                  "O^T (64 x 32) += A (64 x 16, MN-major smem) * B (32 x 16, K-major smem)^T", trans_a=1)
+text += "\n" + fence_fn(32) + "\n" + fence_fn(64) + "\n" + fence_fn(256)
 text += "\n}  // namespace cuda\n}  // namespace dsv4\n"
 with open(OUT, "w") as f:
     f.write(text)

@@ -1190,6 +1190,17 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   {
+    explicit_case c;  // 32-head tiles (two consumer warpgroups, the second with 12 heads), few tokens: splits
+    c.name = "sm90s-per-tensor-fp8-q-h28";
+    c.special_rows = true;
+    per_tensor_fp8_q(c);
+    c.heads = 28;
+    c.batch = 1;
+    c.topk = 300;
+    c.extra_topk = 200;
+    add(c);
+  }
+  {
     explicit_case c;
     c.name = "sm90s-csr-v4-h16-T300";
     c.csr = true;
