@@ -55,8 +55,8 @@ struct small_map {
   static constexpr int p = q + q_bytes;
   static constexpr int p_bytes = kMaxRows * kAtomBytes;
   static constexpr int valid = p + p_bytes;                  // [2][64] uint32 flags
-  static constexpr int red_max = valid + 2 * kKeys * 4;      // [4 warps][32] fp32
-  static constexpr int red_sum = red_max + 4 * kMaxRows * 4; // [4 warps][32] fp32
+  static constexpr int red_max = valid + 2 * kKeys * 4;      // 4 x 32 fp32: [warp][row] (mma.sync), [head][warp] (wgmma)
+  static constexpr int red_sum = red_max + 4 * kMaxRows * 4; // the same for the sums
   static constexpr int sink = red_sum + 4 * kMaxRows * 4;    // [32] fp32 sink logits (-inf: none)
   static constexpr int bars = sink + kMaxRows * 4;           // full[2], empty[2] (8 bytes each)
   static constexpr int counts = bars + 4 * 8;                // list counts [2] (+ scratch)
@@ -392,7 +392,7 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
 #pragma unroll
       for (int j = 0; j < NJ; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) red_max[warp * kMaxRows + 8 * j + 2 * tig + e] = mx[j][e];
+        for (int e = 0; e < 2; ++e) red_max[4 * (8 * j + 2 * tig + e) + warp] = mx[j][e];
     }
     named_sync(kBarMax, 128);
     float alpha[NJ][2];
@@ -401,8 +401,8 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int hd = 8 * j + 2 * tig + e;
-        const float m_chunk = fmaxf(fmaxf(red_max[hd], red_max[kMaxRows + hd]),
-                                    fmaxf(red_max[2 * kMaxRows + hd], red_max[3 * kMaxRows + hd]));
+        const float4 mw = *reinterpret_cast<const float4*>(red_max + 4 * hd);  // the four warps'
+        const float m_chunk = fmaxf(fmaxf(mw.x, mw.y), fmaxf(mw.z, mw.w));
         const float m_new = fmaxf(m_run[j][e], m_chunk * scl);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
         alpha[j][e] = exp2_ftz(m_run[j][e] - m_use);
@@ -460,7 +460,7 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
       l += __shfl_xor_sync(0xffffffffu, l, 4);
       l += __shfl_xor_sync(0xffffffffu, l, 8);
       l += __shfl_xor_sync(0xffffffffu, l, 16);
-      if (g == 0) red_sum[warp * kMaxRows + 8 * j + 2 * tig + e] = l;
+      if (g == 0) red_sum[4 * (8 * j + 2 * tig + e) + warp] = l;
     }
   named_sync(kBarSum, 128);
   const float* sink = reinterpret_cast<const float*>(st.smem + small_map::sink);
@@ -472,7 +472,8 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int hd = 8 * j + 2 * tig + e;
-      lsum[j][e] = red_sum[hd] + red_sum[kMaxRows + hd] + red_sum[2 * kMaxRows + hd] + red_sum[3 * kMaxRows + hd];
+      const float4 lw = *reinterpret_cast<const float4*>(red_sum + 4 * hd);
+      lsum[j][e] = lw.x + lw.y + lw.z + lw.w;
     }
   if (p.num_splits == 1) {
     // O^T * factor as bf16 into the staging rows [head][dim] (over the Q tile: every S^T is done),
@@ -535,12 +536,13 @@ constexpr uint32_t kSmallFullArrivals = 2 * kFullArrivals<L>;
 
 
 // Register budgets per warpgroup role (setmaxnreg), by tile: a 32-head consumer holds 128 of O^T
-// (at 200 / 152 it spilled more; H200, 32 heads b=64: 47.6 -> 45.3 us at 216 / 144). The three
-// must not exceed the launch bound's 3 x 168, or the increase waits forever.
+// (H200, 32 heads b=64: 47.6 us at 200 / 152, 45.3 at 216 / 144, 44.9 at 232 / 136, where ptxas
+// spills least). The three must not exceed the launch bound's 3 x 168, or the increase waits
+// forever.
 template <int MT>
 struct small_regs {
-  static constexpr int kConsumer = MT == 1 ? 200 : 216;
-  static constexpr int kProducer = MT == 1 ? 152 : 144;
+  static constexpr int kConsumer = MT == 1 ? 200 : 232;
+  static constexpr int kProducer = MT == 1 ? 152 : 136;
   static_assert(kConsumer + 2 * kProducer <= 3 * 168, "register budgets within the launch bound's");
 };
 
