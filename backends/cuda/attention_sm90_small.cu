@@ -72,6 +72,27 @@ constexpr int kBarP = 2;      // every warp's P is stored
 constexpr int kBarSum = 3;    // every warp's sums are stored (and its last Q K^T is done)
 constexpr int kBarStage = 4;  // the output staging is complete
 
+// Trace builds: the consumer's loop is over after `chunks` chunks.
+__device__ __forceinline__ void trace_loop_end([[maybe_unused]] int chunks) {
+  trace::header(trace::kWg0Epi);
+#if defined(DSV4_SM90_TRACE)
+  if (uint32_t* r = trace::record()) r[trace::kChunksRun] = static_cast<uint32_t>(chunks);
+#endif
+}
+
+// The consumer's last step without splits: the `rows` real heads of its staged bf16 output rows
+// (kStageStride apart, complete) out as whole rows, 16 bytes per thread and step.
+__device__ __forceinline__ void store_staged_rows(const attention_params& p, const cta_state& st, const uint8_t* stage,
+                                                  int rows, int tid) {
+  const int64_t out0 = token_offset(p.out, st.t, p.seq_q, st.head0);
+  for (int u = tid; u < rows * (kHeadDim / 8); u += 128) {
+    const int r = u / (kHeadDim / 8);
+    const int d = 8 * (u % (kHeadDim / 8));
+    store_out_at(p, out0 + r * p.out.stride_h + d, *reinterpret_cast<const uint4*>(stage + r * kStageStride + 2 * d));
+  }
+  if (tid == 0) trace::header(trace::kEpiStaged);
+}
+
 // WG0 of a 16-head tile (mma.sync). kValueScale: P times the per-tensor FP8 value scale.
 template <bool kValueScale>
 __device__ __forceinline__ void small_consumer_mma(const attention_params& p, const cta_state& st,
@@ -237,12 +258,7 @@ __device__ __forceinline__ void small_consumer_mma(const attention_params& p, co
     mbar_arrive(st.empty_bar + 8 * b);  // this thread's reads of buffer b and its flags are done
     if (tid == 0) trace::chunk_after(i, trace::kWg0Pv, __float_as_uint(o[0][15][3]), smem_addr(st.smem + small_map::counts + 8));
   }
-  if (tid == 0) {
-    trace::header(trace::kWg0Epi);
-#if defined(DSV4_SM90_TRACE)
-    if (uint32_t* r = trace::record()) r[trace::kChunksRun] = static_cast<uint32_t>(i);
-#endif
-  }
+  if (tid == 0) trace_loop_end(i);
 
   // Row sums: the quad's, then the four warps' (every warp's m_run is the same).
   float* red_sum = reinterpret_cast<float*>(st.smem + small_map::red_sum);
@@ -277,13 +293,7 @@ __device__ __forceinline__ void small_consumer_mma(const attention_params& p, co
         if (warp == 0 && tig == 0 && r < rows) write_row_stats(p, t, st.head0 + r, m_run[mt][h], l);
       }
     named_sync(kBarStage, 128);
-    const int64_t out0 = token_offset(p.out, t, p.seq_q, st.head0);
-    for (int u = tid; u < rows * (kHeadDim / 8); u += 128) {
-      const int r = u / (kHeadDim / 8);
-      const int d = 8 * (u % (kHeadDim / 8));
-      store_out_at(p, out0 + r * p.out.stride_h + d, *reinterpret_cast<const uint4*>(stage + r * kStageStride + 2 * d));
-    }
-    if (tid == 0) trace::header(trace::kEpiStaged);
+    store_staged_rows(p, st, stage, rows, tid);
   } else {
     const int64_t pbase = (t * p.num_splits + st.split) * p.num_heads + st.head0;
 #pragma unroll
@@ -443,12 +453,7 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
     mbar_arrive(st.empty_bar + 8 * b);  // this thread's reads of buffer b, its flags and P^T are done
     if (tid == 0) trace::chunk_after(i, trace::kWg0Pv, __float_as_uint(o[7][NACC - 1]), smem_addr(st.smem + small_map::counts + 8));
   }
-  if (tid == 0) {
-    trace::header(trace::kWg0Epi);
-#if defined(DSV4_SM90_TRACE)
-    if (uint32_t* r = trace::record()) r[trace::kChunksRun] = static_cast<uint32_t>(i);
-#endif
-  }
+  if (tid == 0) trace_loop_end(i);
 
   // Head sums: the warp's lanes g, then the four warps (every thread's m_run of a head is the same).
   float* red_sum = reinterpret_cast<float*>(st.smem + small_map::red_sum);
@@ -496,13 +501,7 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
         if (warp == 0 && g == 0 && hd < rows) write_row_stats(p, t, st.head0 + hd, m_run[j][e], lsum[j][e]);
       }
     named_sync(kBarStage, 128);
-    const int64_t out0 = token_offset(p.out, t, p.seq_q, st.head0);
-    for (int u = tid; u < rows * (kHeadDim / 8); u += 128) {
-      const int r = u / (kHeadDim / 8);
-      const int d = 8 * (u % (kHeadDim / 8));
-      store_out_at(p, out0 + r * p.out.stride_h + d, *reinterpret_cast<const uint4*>(stage + r * kStageStride + 2 * d));
-    }
-    if (tid == 0) trace::header(trace::kEpiStaged);
+    store_staged_rows(p, st, stage, rows, tid);
   } else {
     // Unnormalised O rows in the partials' unit map (partial_unit_lane): dims G + 2k + {0, 1} and
     // G + 8 + 2k + {0, 1} of a 16-dim group G sit at G + 4 partial_unit_lane(k) + {0..3}.
