@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   const uint8_t** row_src = reinterpret_cast<const uint8_t**>(smem + map.row_src);
   const uint8_t** row_scale = reinterpret_cast<const uint8_t**>(smem + map.row_scale);
   int32_t* next_idx_s = reinterpret_cast<int32_t*>(smem + map.next_idx);  // entries of the chunk after next
-  __shared__ int32_t list_count[2];
+  __shared__ int32_t counts[2];  // candidate counts of the main and the extra list
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Lets the combine kernel (a programmatic dependent launch) start its launch now; it still
@@ -230,15 +230,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   const int64_t t = cta / (static_cast<int64_t>(p.num_splits) * p.head_groups);
   const int head0 = group * HT;
 
-  // Candidate counts of both lists (index.h: width / CSR row, capped by the optional lengths).
-  if (tid < 2) {
-    int64_t n = 0;
-    if (p.list[tid].indices != nullptr && p.cache[tid].base != nullptr) {
-      n = list_row_count(p.list[tid], t, p.seq_q);
-      n = n < p.width[tid] ? n : p.width[tid];
-    }
-    list_count[tid] = static_cast<int32_t>(n);
-  }
+  if (tid < 2) counts[tid] = list_count(p, t, tid);  // list_count: device_common.cuh
   // Q tile -> shared (bf16; e4m3 widened exactly), padding heads zero. Aligned bf16 rows go by
   // cp.async (completed with the first chunk's stage); otherwise one warp per head row.
   if (p.q_aligned16) {
@@ -286,7 +278,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   auto chunk_list = [&](int c) { return c < p.chunks[0] ? 0 : 1; };
   auto chunk_pos0 = [&](int c) { return (c < p.chunks[0] ? c : c - p.chunks[0]) * CHUNK; };
   auto next_active = [&](int c) {
-    while (c < c_end && chunk_pos0(c) >= list_count[chunk_list(c)]) ++c;
+    while (c < c_end && chunk_pos0(c) >= counts[chunk_list(c)]) ++c;
     return c;
   };
 
@@ -296,7 +288,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
     if (tid >= CHUNK || c >= c_end) return -1;
     const int li = chunk_list(c);
     const int64_t pos = chunk_pos0(c) + tid;
-    return pos < list_count[li] ? list_entry(p.list[li], t, p.seq_q, pos) : -1;
+    return pos < counts[li] ? list_entry(p.list[li], t, p.seq_q, pos) : -1;
   };
   // Resolves the rows of chunk c into source pointers (nullptr = not a valid candidate).
   auto resolve_rows = [&](int c, int parity, int32_t idx) {

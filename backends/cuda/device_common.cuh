@@ -183,6 +183,20 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// The candidate counts every attention kernel walks its chunks by.
+
+// The candidate count of list li (main 0, extra 1) of token t: its row count (index.h: width or CSR
+// row, capped by the optional lengths), capped by the run's width; 0 without a list or a cache.
+__device__ __forceinline__ int32_t list_count(const attention_params& p, int64_t t, int li) {
+  int64_t n = 0;
+  if (p.list[li].indices != nullptr && p.cache[li].base != nullptr) {
+    n = list_row_count(p.list[li], t, p.seq_q);
+    n = n < p.width[li] ? n : p.width[li];
+  }
+  return static_cast<int32_t>(n);
+}
+
+// ------------------------------------------------------------------------------------------------
 // Finishing a (token, head) row: every attention kernel and the split combine end the same way.
 constexpr float kLn2 = 0.6931471805599453f;
 

@@ -494,16 +494,7 @@ struct cta_state {
   bool q_tma;                    // Q comes by tensor map (WG0 waits on q_bar), else by the consumers
 };
 
-// The candidate count of list li (main 0, extra 1) of token t.
-__device__ __forceinline__ int32_t list_count(const attention_params& p, int64_t t, int li) {
-  int64_t n = 0;
-  if (p.list[li].indices != nullptr && p.cache[li].base != nullptr) {
-    n = list_row_count(p.list[li], t, p.seq_q);
-    n = n < p.width[li] ? n : p.width[li];
-  }
-  return static_cast<int32_t>(n);
-}
-// The same into shared memory (threads 0 and 1 of the CTA, for every role).
+// List li's candidate count (list_count) into shared memory (threads 0 and 1 of the CTA, for every role).
 __device__ __forceinline__ void store_list_count(const attention_params& p, int64_t t, int li, int32_t* counts) {
   counts[li] = list_count(p, t, li);
 }
