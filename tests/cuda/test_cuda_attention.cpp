@@ -483,7 +483,9 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
   P.run.workspace = plan.workspace > 0 ? static_cast<uint8_t*>(P.d_ws.p) + 4 : nullptr;
   P.run.workspace_bytes = plan.workspace;
   const int T = c.batch * c.seq_q;
-  // Poison outputs: every element must be written.
+  // Poison outputs (every element must be written) and the workspace (NaN partials: the combine must
+  // read only what the attention grid stored).
+  CUDA_OK(cudaMemset(P.d_ws.p, 0xff, P.d_ws.bytes));
   CUDA_OK(cudaMemset(P.d_out.p, 0xff, P.d_out.bytes));
   CUDA_OK(cudaMemset(P.d_lse.p, 0xff, P.d_lse.bytes));
   CUDA_OK(cudaMemset(P.d_ml.p, 0xff, P.d_ml.bytes));
@@ -683,6 +685,7 @@ bool run_paged_case(const module& m, void* ctx, const paged_case& c) {
   if (!b.topk_indices.empty()) d_topk.upload(b.topk_indices);
   dbuf d_out(static_cast<size_t>(T) * H * 512 * 2), d_lse(static_cast<size_t>(T) * H * 4),
       d_ml(static_cast<size_t>(T) * H * 4), d_ws(plan.workspace + 16);
+  CUDA_OK(cudaMemset(d_ws.p, 0xff, d_ws.bytes));
   CUDA_OK(cudaMemset(d_out.p, 0xff, d_out.bytes));
   CUDA_OK(cudaMemset(d_lse.p, 0xff, d_lse.bytes));
   CUDA_OK(cudaMemset(d_ml.p, 0xff, d_ml.bytes));
@@ -1360,19 +1363,37 @@ int main(int argc, char** argv) {
       std::printf("%s %s\n", ok ? "ok  " : "FAIL", c.name.c_str());
       ok ? ++passed : ++failures;
     }
-    // Several contexts on several GPUs.
+    // Several contexts on several GPUs: while device 0's context lives, a context on each other
+    // device runs one case of every kernel family there (CTA pairs with a graph replay, mma.sync,
+    // wgmma alone, splits, the small-head kernel's 16- and 32-head tiles, paged list building).
+    const char* const other_device_cases[] = {"v4-decode-h128", "mma-v4-h8", "sm90-v4-decode-h64-b80",
+                                              "sm90-lone-nan-key-v4-h128-splits16", "sm90s-v4-decode-h16-b80",
+                                              "sm90s-per-tensor-fp8-q-h28", "paged-c4a-h64"};
+    auto on_other_device = [&](const std::string& name) {
+      for (const char* n : other_device_cases)
+        if (name == n) return true;
+      return false;
+    };
     for (int d = 1; d < m.device_count && filter.empty(); ++d) {
       CUDA_OK(cudaSetDevice(d));  // the test's buffers live on device d
-      bool ok = false;
       {
         context_holder other(m.iface, d);
-        explicit_case c;
-        c.name = "device" + std::to_string(d);
-        ok = run_explicit_case(m, other.ctx, c, false);
+        const std::string tag = " (device " + std::to_string(d) + ")";
+        for (const auto& c : explicit_cases()) {
+          if (!on_other_device(c.name)) continue;
+          const bool graph = c.name == other_device_cases[0];  // a graph captured on device d too
+          const bool ok = run_explicit_case(m, other.ctx, c, graph);
+          std::printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", c.name.c_str(), tag.c_str(), graph ? " (+graph replay)" : "");
+          ok ? ++passed : ++failures;
+        }
+        for (const auto& c : paged_cases()) {
+          if (!on_other_device(c.name)) continue;
+          const bool ok = run_paged_case(m, other.ctx, c);
+          std::printf("%s %s%s\n", ok ? "ok  " : "FAIL", c.name.c_str(), tag.c_str());
+          ok ? ++passed : ++failures;
+        }
       }
       CUDA_OK(cudaSetDevice(0));
-      std::printf("%s device%d\n", ok ? "ok  " : "FAIL", d);
-      ok ? ++passed : ++failures;
     }
     if (g_cpu != nullptr) g_cpu->ctx_destroy(g_cpu_ctx);
     std::printf("%d passed, %d failed (seed %llu)\n", passed, failures, static_cast<unsigned long long>(g_seed));
