@@ -5,6 +5,7 @@
 // Exit 0 = pass, 1 = failure, 77 = skipped (no GPU / driver).
 #include <algorithm>
 #include <climits>
+#include <iterator>
 #include <memory>
 #include <numeric>
 
@@ -1379,18 +1380,25 @@ int main(int argc, char** argv) {
       {
         context_holder other(m.iface, d);
         const std::string tag = " (device " + std::to_string(d) + ")";
+        size_t run = 0;
         for (const auto& c : explicit_cases()) {
           if (!on_other_device(c.name)) continue;
           const bool graph = c.name == other_device_cases[0];  // a graph captured on device d too
           const bool ok = run_explicit_case(m, other.ctx, c, graph);
           std::printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", c.name.c_str(), tag.c_str(), graph ? " (+graph replay)" : "");
           ok ? ++passed : ++failures;
+          ++run;
         }
         for (const auto& c : paged_cases()) {
           if (!on_other_device(c.name)) continue;
           const bool ok = run_paged_case(m, other.ctx, c);
           std::printf("%s %s%s\n", ok ? "ok  " : "FAIL", c.name.c_str(), tag.c_str());
           ok ? ++passed : ++failures;
+          ++run;
+        }
+        if (run != std::size(other_device_cases)) {  // a case was renamed: the list must follow
+          std::printf("FAIL device %d ran %zu of the %zu named cases\n", d, run, std::size(other_device_cases));
+          ++failures;
         }
       }
       CUDA_OK(cudaSetDevice(0));
