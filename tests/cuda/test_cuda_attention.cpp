@@ -1194,7 +1194,7 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   {
-    explicit_case c;  // 32-head tiles (two consumer warpgroups, the second with 12 heads), few tokens: splits
+    explicit_case c;  // 32-head tiles (the wgmma consumer; heads 16..27 a partial second half), few tokens: splits
     c.name = "sm90s-per-tensor-fp8-q-h28";
     c.special_rows = true;
     per_tensor_fp8_q(c);
