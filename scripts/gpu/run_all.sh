@@ -24,6 +24,7 @@ build_module() {
   local inc="-I$ROOT/include -I$ROOT/backends/include -I$ROOT/backends" objs=() pids=() rc=0
   : >"$logf"
   for src in "${MODULE_SOURCES[@]}"; do
+    [ -f "backends/cuda/$src" ] || continue  # an older tree (ab_bench.sh) without this file
     local obj="$so.${src%.*}.o"
     objs+=("$obj")
     nvcc -O2 -std=c++17 -gencode arch=compute_${ARCH},code=sm_${ARCH} -Xcompiler -fPIC,-fvisibility=hidden "$@" \
