@@ -9,7 +9,9 @@
 // One CTA = one (token, key split, group of 16 * MT heads); 384 threads:
 //   WG1, WG2 (producers, sm90_pipeline.cuh): rows 0..31 and 32..63 of every 64-key chunk, gathered,
 //       dequantised (FP8) or copied (bf16) into one of two K buffers (the 128B-swizzled layout of the
-//       64-head kernel); full / empty mbarriers hand the buffers over.
+//       64-head kernel); full / empty mbarriers hand the buffers over. With 16-head tiles the FP8
+//       rows come by the bulk-copy engine into a raw stage two chunks ahead, and the producers
+//       convert from there (producer_stage; H200, 8 heads b=64: 36.8 -> 31.9 us).
 //   WG0 (consumer, warps w = 0..3), by tile width:
 //     16 heads (mma.sync): S = Q K^T for keys 16w..16w+15 of the chunk and every head (m16n8k16,
 //       operands by ldmatrix); the chunk's row maxima meet in shared memory; P (bf16) to shared
@@ -44,15 +46,14 @@ constexpr int kMaxRows = 32;                      // heads per CTA: 16 * MT, MT 
 constexpr int kStageStride = (kHeadDim + 8) * 2;  // bf16 Q (16-head tiles) / output staging row, 16 bytes of padding
 constexpr int kPStride = (kKeys + 8) * 2;         // bf16 P row of 16-head tiles (64 keys), 16 bytes of padding
 
-// Shared-memory map (offsets from a 1024-byte aligned base); k, valid and counts as the producers
-// expect them. q: the Q tile (16 heads: padded rows; 32 heads: 128B-swizzled in 64-dim columns of 32
-// rows, the B operand of S^T), later the output staging. p: P (16 heads: padded rows) or P^T (32
-// heads: 64-key rows of 128 bytes, swizzled).
+// Shared-memory map (offsets from a 1024-byte aligned base); k, valid, counts and the stage as the
+// producers expect them. p: P (16 heads: padded rows) or P^T (32 heads: 64-key rows of 128 bytes,
+// swizzled). q: the Q tile (16 heads: padded rows; 32 heads: 128B-swizzled in 64-dim columns of 32
+// rows, the B operand of S^T), later the output staging; it comes last but for the staged
+// producers' raw rows, so that 16-head tiles leave room for them (producer_stage).
 struct small_map {
   static constexpr int k = 0;                                // two K buffers
-  static constexpr int q = k + 2 * kOperandBytes;
-  static constexpr int q_bytes = (kMaxRows * kStageStride + 1023) / 1024 * 1024;
-  static constexpr int p = q + q_bytes;
+  static constexpr int p = k + 2 * kOperandBytes;
   static constexpr int p_bytes = kMaxRows * kAtomBytes;
   static constexpr int valid = p + p_bytes;                  // [2][64] uint32 flags
   static constexpr int red_max = valid + 2 * kKeys * 4;      // 4 x 32 fp32: [warp][row] (mma.sync), [head][warp] (wgmma)
@@ -60,10 +61,17 @@ struct small_map {
   static constexpr int sink = red_sum + 4 * kMaxRows * 4;    // [32] fp32 sink logits (-inf: none)
   static constexpr int bars = sink + kMaxRows * 4;           // full[2], empty[2] (8 bytes each)
   static constexpr int counts = bars + 4 * 8;                // list counts [2] (+ scratch)
-  static constexpr int total = counts + 16;
-  static_assert(kMaxRows * kHeadDim * 2 <= q_bytes && 16 * kPStride <= p_bytes, "Q and P fit their regions");
+  static constexpr int stage_bars = counts + 16;             // producer_stage's slot barriers
+  static constexpr int q = (stage_bars + kRawStageBars * 8 + 1023) / 1024 * 1024;
+  static constexpr int q_bytes[2] = {(16 * kStageStride + 1023) / 1024 * 1024, (32 * kStageStride + 1023) / 1024 * 1024};
+  static constexpr int stage = q + q_bytes[0];               // 16-head tiles only
+  static_assert(kMaxRows * kHeadDim * 2 <= q_bytes[1] && 16 * kPStride <= p_bytes, "Q and P fit their regions");
 };
-constexpr size_t kSmallSmemBytes = small_map::total + 1024;  // + alignment slack
+// Dynamic shared memory of a tile of 16 MT heads (+ alignment slack): 152 KB for 16 heads, 168 KB
+// for 32, 226 KB for 16 heads with the staged producers.
+constexpr size_t small_smem_bytes(int mt, bool staged) {
+  return (staged ? small_map::stage + kRawStageBytes : small_map::q + small_map::q_bytes[mt - 1]) + 1024;
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // Named barriers of the consumer warpgroup (0 is __syncthreads).
@@ -555,10 +563,12 @@ struct small_regs {
   static_assert(kConsumer + 2 * kProducer <= 3 * 168, "register budgets within the launch bound's");
 };
 
-// MT: 16-head tiles per CTA (NH = 16 MT heads).
-template <uint32_t L, int MT>
+// MT: 16-head tiles per CTA (NH = 16 MT heads). kStaged: FP8 rows gathered by the bulk-copy engine
+// into a raw stage (producer_stage; 16-head tiles), else loaded by the producers (producer_convert).
+template <uint32_t L, int MT, bool kStaged>
 __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(const __grid_constant__ attention_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(!kStaged || (MT == 1 && !row_format<L>::kBf16), "staged rows: FP8 layouts, 16-head tiles");
   constexpr int NH = 16 * MT;
   extern __shared__ uint8_t smem_raw[];
   cta_state st{};
@@ -583,6 +593,9 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     for (int b = 0; b < 2; ++b) {
       mbar_init(st.full_bar + 8 * b, kSmallFullArrivals<L>);
       mbar_init(st.empty_bar + 8 * b, 128);
+    }
+    if constexpr (kStaged) {
+      for (int b = 0; b < kRawStageBars; ++b) mbar_init(st.base + small_map::stage_bars + 8 * b, 8);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -623,6 +636,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     set_max_registers_dec<small_regs<MT>::kProducer>();
     if constexpr (row_format<L>::kBf16) {
       producer_copy<L, small_map, true>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
+    } else if constexpr (kStaged) {
+      producer_stage<L, small_map>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
     } else {
       producer_convert<L, small_map, 1, true>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
     }
@@ -630,24 +645,38 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-template <uint32_t L, int MT>
-cudaError_t configure_small(int bytes) {
-  return cudaFuncSetAttribute(attention_sm90_small_kernel<L, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+// Whether a run of layout L with `head_tiles` tiles uses the staged producers (p.small_staged asks
+// for them where they apply).
+template <uint32_t L>
+constexpr bool staged_layout() { return L != DSV4_KV_LAYOUT_BF16; }
+bool use_staged(uint32_t layout, int head_tiles, bool asked) {
+  return asked && head_tiles == 1 && layout != DSV4_KV_LAYOUT_BF16;
+}
+
+template <uint32_t L, int MT, bool kStaged>
+cudaError_t configure_small() {
+  return cudaFuncSetAttribute(attention_sm90_small_kernel<L, MT, kStaged>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(small_smem_bytes(MT, kStaged)));
 }
 
 template <uint32_t L>
 cudaError_t launch_small(const attention_params& p, const cudaLaunchConfig_t& cfg) {
-  return p.head_tiles == 1 ? cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1>, p)
-                           : cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 2>, p);
+  if (p.head_tiles == 2) return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 2, false>, p);
+  if constexpr (staged_layout<L>()) {
+    if (use_staged(L, 1, p.small_staged != 0)) return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, true>, p);
+  }
+  return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, false>, p);
 }
 
 }  // namespace
 
-size_t attention_sm90_small_smem_bytes() { return kSmallSmemBytes; }
+size_t attention_sm90_small_smem_bytes(int head_tiles, uint32_t layout, bool staged) {
+  return small_smem_bytes(head_tiles, use_staged(layout, head_tiles, staged));
+}
 
 bool attention_sm90_small_compiled() {
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, attention_sm90_small_kernel<DSV4_KV_LAYOUT_BF16, 1>) != cudaSuccess) return false;
+  if (cudaFuncGetAttributes(&attr, attention_sm90_small_kernel<DSV4_KV_LAYOUT_BF16, 1, false>) != cudaSuccess) return false;
   return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;  // as attention_sm90_compiled
 }
 
@@ -657,16 +686,20 @@ cudaError_t attention_sm90_small_configure() {
 #endif
   return for_each_sm90_layout([](auto l) {
     constexpr uint32_t L = decltype(l)::value;
-    const int bytes = static_cast<int>(kSmallSmemBytes);
-    const cudaError_t err = configure_small<L, 1>(bytes);
-    return err != cudaSuccess ? err : configure_small<L, 2>(bytes);
+    cudaError_t err = configure_small<L, 1, false>();
+    if (err == cudaSuccess) err = configure_small<L, 2, false>();
+    if constexpr (staged_layout<L>()) {
+      if (err == cudaSuccess) err = configure_small<L, 1, true>();
+    }
+    return err;
   });
 }
 
 cudaError_t attention_sm90_small_launch(const attention_params& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return cudaSuccess;
   if (p.head_tiles < 1 || p.head_tiles > 2) return cudaErrorInvalidValue;
-  const cudaLaunchConfig_t cfg = cta_grid_config(p, kSmallThreads, kSmallSmemBytes, stream);
+  const size_t smem = attention_sm90_small_smem_bytes(p.head_tiles, p.cache[0].layout, p.small_staged != 0);
+  const cudaLaunchConfig_t cfg = cta_grid_config(p, kSmallThreads, smem, stream);
   const cudaError_t err =
       with_sm90_layout(p.cache[0].layout, [&](auto l) { return launch_small<decltype(l)::value>(p, cfg); });
   if (err != cudaSuccess || p.num_splits == 1) return err;

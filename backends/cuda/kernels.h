@@ -59,6 +59,7 @@ struct attention_params {
                               // (persistent CTAs for many work items); 0: one CTA per item
   int32_t persistent_forced;  // persistent CTAs for uneven items too (DSV4_CUDA_PERSISTENT tests)
   int32_t stream_rows;        // Hopper producers: rows are mostly read once, evicted first from L2
+  int32_t small_staged;       // small-head kernel: FP8 rows staged by the bulk-copy engine where it can
   dsv4_mod_token_view q;
   dsv4_mod_token_view out;
   dsv4_mod_token_view lse;
@@ -105,7 +106,9 @@ cudaError_t attention_sm90_launch(const attention_params& p, cudaStream_t stream
 
 // Hopper kernel for 1..32 heads, attention_sm90_small.cu: 16- or 32-head tiles (head_tiles 1 or 2),
 // mma.sync, two producer warpgroups; the layouts, alignment and image check of the kernel above.
-size_t attention_sm90_small_smem_bytes();
+// Its dynamic shared memory for `head_tiles` tiles of `layout`, with the staged producers if `staged`
+// asks for them (16-head tiles of FP8 layouts: attention_params::small_staged).
+size_t attention_sm90_small_smem_bytes(int head_tiles, uint32_t layout, bool staged);
 bool attention_sm90_small_compiled();
 cudaError_t attention_sm90_small_configure();
 cudaError_t attention_sm90_small_launch(const attention_params& p, cudaStream_t stream);

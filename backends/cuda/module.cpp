@@ -99,6 +99,7 @@ struct tiling {
   int resident[2] = {0, 0};     // its resident CTAs, single / pairs (0: no persistent CTAs)
   bool persistent_forced = false;  // DSV4_CUDA_PERSISTENT=n: persistent CTAs whatever the lengths
   bool sm90_small = false;      // the Hopper kernel for 1..32 heads (attention_sm90_small.cu)
+  bool small_staged = false;    // its FP8 rows staged by the bulk-copy engine (16-head tiles)
 };
 
 struct plan {
@@ -339,14 +340,21 @@ dsv4_status size_plan(plan* p) {
   const bool hopper = !never_sm90 && p->ctx->cc_major == 9 && o.head_dim_qk == kHeadDim &&
                       attention_sm90_layouts(o.swa_cache.layout, o.extra_cache.layout);
   // The small-head kernel's tiling of `tile_rows` (16 or 32) heads per CTA, when the device runs it.
-  const bool small_ok = hopper && attention_sm90_small_smem_bytes() <= p->ctx->smem_optin &&
+  const uint32_t layout = o.swa_cache.layout;
+  const bool small_ok = hopper && attention_sm90_small_smem_bytes(2, layout, false) <= p->ctx->smem_optin &&
                         attention_sm90_small_compiled();
+  // DSV4_CUDA_SMALL_STAGE=0 (A/B runs, tests) keeps the small-head kernel's FP8 rows on the
+  // producers' loads instead of the bulk-copy engine.
+  const char* stage_env = host_env("DSV4_CUDA_SMALL_STAGE");
+  const bool stage_ok = !(stage_env != nullptr && std::strcmp(stage_env, "0") == 0) &&
+                        attention_sm90_small_smem_bytes(1, layout, true) <= p->ctx->smem_optin;
   auto small_tiling = [&](tiling* t, int tile_rows, double chunk_cost, double cta_cost) {
     const cudaError_t cerr = attention_sm90_small_configure();
     if (cerr != cudaSuccess) return cuda_fail(cerr, "plan: cudaFuncSetAttribute (sm90 small)");
     t->head_tiles = tile_rows / kMmaRows;
     t->head_groups = (o.num_heads + tile_rows - 1) / tile_rows;
-    t->smem_bytes = attention_sm90_small_smem_bytes();
+    t->small_staged = stage_ok && t->head_tiles == 1 && layout != DSV4_KV_LAYOUT_BF16;
+    t->smem_bytes = attention_sm90_small_smem_bytes(t->head_tiles, layout, t->small_staged);
     t->ctas_per_sm = 1;
     t->chunk_cost = chunk_cost;
     t->cta_cost = cta_cost;
@@ -466,6 +474,7 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   for (int i = 0; i < 2; ++i) a.block_div[i] = make_u31_divisor(static_cast<uint32_t>(std::max(1, a.cache[i].block_size)));
   a.aligned16 = caches_aligned ? 1 : 0;
   a.stream_rows = rows_read_once(run.num_tokens, a.seq_q, p.width, a.cache) ? 1 : 0;
+  a.small_staged = tl.sm90_small && tl.small_staged ? 1 : 0;
   const float q_scale = a.q_is_fp8 ? o.q_scale : 1.0f;
   for (int i = 0; i < 2; ++i) {
     a.value_scale[i] = cache_value_scale(a.cache[i]);

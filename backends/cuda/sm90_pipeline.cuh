@@ -31,6 +31,14 @@ constexpr int kKeys = 64;                          // list positions per chunk
 constexpr int kAtomBytes = 128;                    // one swizzle row: 64 bf16
 constexpr int kColBytes = 64 * kAtomBytes;         // one 64-dim column of a 64-row operand (8 KB)
 constexpr int kOperandBytes = (kHeadDim / 64) * kColBytes;  // a 64-row Q tile or one K buffer (64 KB)
+// producer_stage's raw FP8 rows, 592 bytes apart (576 data bytes + 16): 592 % 128 = 80 puts the
+// same 16-byte piece of 8 consecutive rows on 8 different bank groups, so each 8-lane phase of a
+// 16-byte shared load is conflict-free (576 apart they would share two).
+constexpr int kRawRowBytes = 592;
+constexpr int kRawSlots = 2;
+constexpr int kRawWarpBytes = 8 * kRawRowBytes;
+constexpr int kRawStageBytes = 8 * kRawSlots * kRawWarpBytes;  // 8 producer warps
+constexpr int kRawStageBars = 8 * kRawSlots;                   // one barrier per warp and slot
 
 // Timeline tracing for tuning (build with -DDSV4_SM90_TRACE; never in shipped builds): each role's
 // first thread stamps the SM clock at the steps of every chunk into a per-CTA record, read back by
@@ -225,6 +233,17 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(w), "r"(bar)
       : "memory");
 }
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory at src into this
+// CTA's shared memory at dst by the bulk-copy engine, completing as transaction bytes on `bar`
+// (which expects them), under the L2 cache policy `policy` (row_l2_policy).
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
+                                          uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
+          dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
 // `bytes` (a multiple of 16, 16-byte aligned) at p into L2 (the bulk-copy engine; no barrier).
 __device__ __forceinline__ void bulk_prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
@@ -388,14 +407,15 @@ __device__ __forceinline__ uint32_t store_share(const row_share<L>& r, const row
   return inexact;
 }
 
-// Rewrites the `inexact` groups of a thread's share of `row` through fp32 (reloading their bytes).
-template <uint32_t L, int CLUSTER>
-__device__ __forceinline__ void fix_groups(uint32_t inexact, const uint8_t* src, uint2 scales, const row_slots& slot,
-                                           int q, const chunk_dst& d, bool streamed) {
+// Rewrites the `inexact` groups of a thread's share of a row through fp32, reloading each group's
+// 16 bytes with load(g) (from the row in global memory, or from its staged copy).
+template <uint32_t L, int CLUSTER, class Load>
+__device__ __forceinline__ void fix_groups(uint32_t inexact, Load&& load, uint2 scales, const row_slots& slot,
+                                           const chunk_dst& d) {
 #pragma unroll 1
   for (; inexact != 0u; inexact &= inexact - 1u) {
     const int g = __ffs(inexact) - 1;
-    const uint4 w = ld_nc16(src + 64 * g + 16 * q, streamed);
+    const uint4 w = load(g);
     const float s = ue8m0_to_f32(static_cast<uint8_t>(group_scale<L>(scales, g)));
     put_unit<CLUSTER>(d, g * kColBytes + slot.pair[0], fp8x8_to_bf16x8(make_uint2(w.x, w.y), s));
     put_unit<CLUSTER>(d, g * kColBytes + slot.pair[1], fp8x8_to_bf16x8(make_uint2(w.z, w.w), s));
@@ -724,7 +744,11 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
       if constexpr (CLUSTER > 1) st_async4(map_remote(smem_addr(valid + rows[s]), st.peer), ok, d.remote_bar);
     }
     const uint32_t inexact = store_share<L, CLUSTER>(j.share, slots[s], d);
-    if (inexact != 0u) fix_groups<L, CLUSTER>(inexact, j.src, j.share.scales, slots[s], q, d, p.stream_rows != 0);
+    if (inexact != 0u) {
+      const uint8_t* src = j.src + 16 * q;
+      const bool streamed = p.stream_rows != 0;
+      fix_groups<L, CLUSTER>(inexact, [&](int g) { return ld_nc16(src + 64 * g, streamed); }, j.share.scales, slots[s], d);
+    }
     if (kTok == 1 || s == 1) {
       // The tensor cores read the buffers through the async proxy; the peer's copy of this half
       // completes on its remote barrier.
@@ -741,6 +765,139 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
     if (js[1].c >= walk.c_end) break;
     process(1, i);
     ++i;
+  }
+  if (stamp) trace::header(trace::kProdEnd);
+  return i;
+}
+
+// The FP8 producer of two producer warpgroups (the small-head kernel) with rows staged by the
+// bulk-copy engine: warp w of warpgroup `half` owns rows 32 half + 8 w + r (r < 8) of every chunk,
+// as in producer_convert's map, and keeps two chunks of them in flight as raw bytes in its own
+// shared-memory stage (Map::stage, kRawSlots slots of 8 rows). Lane r < 8 resolves row r, copies
+// its data bytes (completing on the slot's barrier: 8 arrivals and their bytes) and loads its UE8M0
+// bytes into a register (a 16-byte bulk copy of them made the copies twice as many, and the copy
+// engine's issue the producers' bottleneck). The warp then converts from the stage into the K buffer as
+// producer_convert does from registers, and refills the slot with the chunk two ahead. No thread
+// waits on a load, and the copies cost no issue slots: on an H200 the bulk-copy engine gathered
+// 576-byte rows at 15.1 B/cycle/SM against 11.9 for the producers' register map (gather_probe,
+// docs/performance.md round 32).
+
+__device__ __forceinline__ uint4 lds16(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+
+// i0 and the result: as for producer_convert (i0 = 0: one work item per CTA).
+template <uint32_t L, class Map>
+__device__ __forceinline__ int producer_stage(const attention_params& p, const cta_state& st, const chunk_walk& walk,
+                                              const first_jobs& first, int half, int warp, int lane) {
+  using F = row_format<L>;
+  static_assert(!F::kBf16 && kRawRowBytes >= kV4DataBytes + 16, "FP8 rows and their scale piece fit a stage row");
+  constexpr uint32_t kRowBytes = static_cast<uint32_t>(F::kV4 ? kV4DataBytes : kHeadDim);  // entry_data_offset(L, 1)
+  const int q = lane >> 3;
+  const int r = lane & 7;
+  const bool issuer = lane < 8;
+  const int row = 32 * half + 8 * warp + r;
+  const row_slots slot = make_row_slots(row, q);
+  const uint64_t policy = row_l2_policy(p.stream_rows != 0);
+  const int stage_warp = 4 * half + warp;
+  const bool stamp = half == 0 && warp == 0 && lane == 0;  // trace builds only
+  const uint32_t stage_row = st.base + Map::stage + stage_warp * kRawSlots * kRawWarpBytes + r * kRawRowBytes;
+  const uint32_t stage_bar = st.base + Map::stage_bars + 8 * kRawSlots * stage_warp;
+  // Copies row r of chunk c (list entry idx) into slot s and loads its UE8M0 bytes into `scales`
+  // (issuers only; nothing waits on that load before the row is converted); returns whether the row
+  // is valid.
+  auto issue = [&](int c, int s, int32_t idx, uint2& scales) -> uint32_t {
+    if (!issuer) return 0u;
+    const uint8_t* src;
+    const uint8_t* sc;
+    resolve_index<L>(p, walk.list_of(c), idx, &src, &sc);
+    const uint32_t bar = stage_bar + 8 * s;
+    if (src == nullptr) {
+      mbar_arrive(bar);
+      return 0u;
+    }
+    mbar_arrive_expect_tx(bar, kRowBytes);
+    bulk_load(stage_row + s * kRawWarpBytes, src, kRowBytes, bar, policy);
+    if constexpr (F::kV4) scales = ld_nc8(sc);
+    return 1u;
+  };
+  auto entry = [&](int c) {
+    int32_t idx[1] = {-1};
+    if (issuer) load_chunk_indices<1>(p, walk, c, st.t, &row, idx);
+    return idx[0];
+  };
+  // Converts chunk i (slot i % 2; lane r holds its row's validity and scales) into K buffer i % 2.
+  auto convert = [&](int i, uint32_t info, uint2 scales) {
+    const int s = i % kRawSlots;
+    const int b = i & 1;
+    uint32_t* valid = reinterpret_cast<uint32_t*>(st.smem + Map::valid) + b * kKeys;
+    const chunk_dst d{st.smem + Map::k + b * kOperandBytes, 0u, 0u};
+    const uint32_t mine = __shfl_sync(0xffffffffu, info, r);
+    const uint32_t src = stage_row + s * kRawWarpBytes + 16 * q;
+    if (stamp) trace::chunk(i, trace::kProdTop);
+    mbar_wait(st.empty_bar + 8 * b, ((i >> 1) & 1) ^ 1);  // the first use of a buffer does not wait
+    if (stamp) trace::chunk(i, trace::kProdEmpty);
+    mbar_wait(stage_bar + 8 * s, (i / kRawSlots) & 1);
+    if (stamp) trace::chunk(i, trace::kProdData);
+    row_share<L> share;
+    const bool ok = (mine & 1u) != 0u;
+#pragma unroll
+    for (int g = 0; g < F::kFp8Groups; ++g) share.fp8[g] = ok ? lds16(src + 64 * g) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int g = 0; g < F::kRopeGroups; ++g)
+      share.rope[g] = ok ? lds16(src + kNopeDim + 64 * g) : make_uint4(0, 0, 0, 0);
+    share.scales = make_uint2(0x7f7f7f7fu, 0x7f7f7f7fu);
+    if constexpr (F::kV4) {
+      const uint2 sc = make_uint2(__shfl_sync(0xffffffffu, scales.x, r), __shfl_sync(0xffffffffu, scales.y, r));
+      if (ok) share.scales = sc;
+    }
+    if (q == 0) valid[row] = ok ? 1u : 0u;
+    const uint32_t inexact = store_share<L, 1>(share, slot, d);
+    if (inexact != 0u) fix_groups<L, 1>(inexact, [&](int g) { return lds16(src + 64 * g); }, share.scales, slot, d);
+    fence_proxy_async();  // the tensor cores read the buffers through the async proxy
+    mbar_arrive(st.full_bar + 8 * b);
+    if (stamp) trace::chunk(i, trace::kProdFull);
+  };
+  // Chunks 0 and 1 from the speculated entries, then chunk i + 2 into chunk i's slot once it is
+  // converted (the warp's own lanes read it: __syncwarp orders their reads before the copies).
+  const int c0 = walk.next_active(st.c_begin);
+  const int c1 = walk.next_active(c0 + 1);
+  static_assert(kRawSlots == 2, "the loop below alternates two slots");
+  uint32_t info0 = 0u, info1 = 0u;
+  uint2 scales0 = make_uint2(0u, 0u), scales1 = make_uint2(0u, 0u);
+  if (stamp) trace::header(trace::kProdEnter);
+  if (c0 < walk.c_end) info0 = issue(c0, 0, issuer ? first_entry(p, walk, st.t, first, 0, c0) : -1, scales0);
+  if (stamp) trace::header(trace::kProdIssued0);
+  if (c1 < walk.c_end) info1 = issue(c1, 1, issuer ? first_entry(p, walk, st.t, first, 1, c1) : -1, scales1);
+  if (stamp) trace::header(trace::kProdIssued1);
+  // The list entries of the next two chunks to issue (c_issue, c_ahead) are in flight a whole chunk
+  // period before their rows are resolved: one period ahead, their loads stalled the issue (H200).
+  int c_issue = c1 < walk.c_end ? walk.next_active(c1 + 1) : walk.c_end;
+  int c_ahead = c_issue < walk.c_end ? walk.next_active(c_issue + 1) : walk.c_end;
+  int32_t idx_issue = c_issue < walk.c_end ? entry(c_issue) : -1;
+  int32_t idx_ahead = c_ahead < walk.c_end ? entry(c_ahead) : -1;
+  auto step = [&](int i, int s, uint32_t& info, uint2& scales) {
+    convert(i, info, scales);
+    __syncwarp();
+    if (c_issue < walk.c_end) {
+      info = issue(c_issue, s, idx_issue, scales);
+      c_issue = c_ahead;
+      idx_issue = idx_ahead;
+      if (c_ahead < walk.c_end) {
+        c_ahead = walk.next_active(c_ahead + 1);
+        if (c_ahead < walk.c_end) idx_ahead = entry(c_ahead);
+      }
+    }
+  };
+  int i = 0;
+  for (int c = c0; c < walk.c_end;) {
+    step(i++, 0, info0, scales0);
+    c = walk.next_active(c + 1);
+    if (c >= walk.c_end) break;
+    step(i++, 1, info1, scales1);
+    c = walk.next_active(c + 1);
   }
   if (stamp) trace::header(trace::kProdEnd);
   return i;

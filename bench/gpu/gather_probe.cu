@@ -13,6 +13,9 @@
 //          tma: tensor-map boxes of 64 dims x 1 row (SWIZZLE_128B), 8 per row, 64 threads;
 //          regs: ld.global.v4 into registers, then st.shared (one chunk in flight), 128 threads;
 //          bulk: cp.async.bulk of whole rows, unswizzled (the bulk-copy engine), 64 threads.
+//          fbulk: FP8 rows (below) by cp.async.bulk, one 576-byte copy per row and thread, 64
+//                 threads, DEPTH 1..5 chunks in flight (one 36 KB buffer each): the small-head
+//                 kernel's producer_stage.
 //   FP8 rows (576 data bytes of the 584 B layout, rows packed as in a 64-entry page, so every other
 //   row starts 64 bytes past a 128-byte line): ld.global.v4 into registers, then st.shared of the raw
 //   bytes (unswizzled), 256 threads (the small-head kernel's two producer warpgroups), DEPTH chunks
@@ -52,21 +55,29 @@ constexpr int kRowBytes = 1024;
 constexpr int kBufBytes = kKeys * kRowBytes;
 static_assert(kBufBytes == kOperandBytes, "a buffer is one 64-row operand of the Hopper kernels");
 constexpr int kQBytes = kBufBytes;  // the busy warpgroup's A operand
-constexpr int kSmemBytes = 2 * kBufBytes + kQBytes + 1024 + 64;
+constexpr int kBarBytes = 128;  // up to 8 mbarriers, then the busy warps' flags
+constexpr int kSmemBytes = 2 * kBufBytes + kQBytes + 1024 + kBarBytes;
 
-enum Method { kCp4, kCp8, kCp4x2, kTma, kRegs, kBulk, kF64, kF128, kF128a };
-constexpr int kMethods = 9;
+enum Method { kCp4, kCp8, kCp4x2, kTma, kRegs, kBulk, kF64, kF128, kF128a, kFBulk };
+constexpr int kMethods = 10;
 enum Busy { kNone, kMma, kAlu };
 __host__ __device__ constexpr int busy_threads(int busy) {
   return busy == kMma ? 128 : busy == kAlu ? 256 : 0;
 }
 __host__ __device__ constexpr int threads_of(int m) {
-  return (m == kCp4x2 || m >= kF64) ? 256 : (m == kTma || m == kBulk) ? 64 : 128;
+  return (m == kCp4x2 || (m >= kF64 && m != kFBulk)) ? 256 : (m == kTma || m == kBulk || m == kFBulk) ? 64 : 128;
 }
+__host__ __device__ constexpr bool is_fp8(int m) { return m >= kF64; }
 constexpr int kFp8Row = 576;           // data bytes of an FP8 row (448 e4m3 + 64 bf16 rope)
 constexpr int kFp8Units = kFp8Row / 16;
 constexpr int kFp8Loads = 10;          // a thread's 16-byte loads per chunk (f64 uses 9)
-__host__ __device__ constexpr int chunk_bytes(int m) { return m >= kF64 ? kKeys * kFp8Row : kBufBytes; }
+__host__ __device__ constexpr int chunk_bytes(int m) { return is_fp8(m) ? kKeys * kFp8Row : kBufBytes; }
+// Buffers in flight: fbulk keeps DEPTH chunks of FP8 rows in the 192 KB region (2 buffers + the
+// busy warpgroup's operand), the others two buffers of kBufBytes.
+__host__ __device__ constexpr int max_depth(int m) { return m == kFBulk ? 5 : 2; }
+__host__ __device__ inline int buffers_of(int m, int depth) { return m == kFBulk ? depth : 2; }
+__host__ __device__ constexpr int buffer_stride(int m) { return m == kFBulk ? kKeys * kFp8Row : kBufBytes; }
+constexpr int kDumpBytes = 2 * kBufBytes + kQBytes;
 
 struct Args {
   const uint8_t* table;
@@ -175,7 +186,7 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
   const uint32_t base = (raw_addr + 1023u) & ~1023u;
   uint8_t* gbase = raw + (base - raw_addr);
   const uint32_t bars = base + 2 * kBufBytes + kQBytes;
-  volatile int* flag = reinterpret_cast<volatile int*>(gbase + 2 * kBufBytes + kQBytes + 16);
+  volatile int* flag = reinterpret_cast<volatile int*>(gbase + 2 * kBufBytes + kQBytes + 64);
   if (threadIdx.x == 0) *flag = 0;
   __syncthreads();
   if (static_cast<int>(threadIdx.x) < busy_threads(BUSY)) {
@@ -187,7 +198,7 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
   const int lane = tid % 32;
   if (tid == 0) {
     // cp.async arrivals count per thread (.noinc); tensor / bulk copies: one arrive.expect_tx each.
-    for (int b = 0; b < 2; ++b) mbar_init(bars + 8 * b, threads_of(M));
+    for (int b = 0; b < buffers_of(M, a.depth); ++b) mbar_init(bars + 8 * b, threads_of(M));
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   asm volatile("bar.sync 2, %0;\n" ::"r"(threads_of(M)) : "memory");
@@ -195,12 +206,13 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
   const int* idx0 = a.idx + static_cast<size_t>(blockIdx.x) * a.chunks * kKeys;
   const uint64_t policy = row_l2_policy(true);
   fp8_job cur, next;
-  if constexpr (M >= kF64) fp8_load<M>(cur, a.table, idx0, warp, lane);
+  const int nbuf = buffers_of(M, a.depth);
+  if constexpr (is_fp8(M) && M != kFBulk) fp8_load<M>(cur, a.table, idx0, warp, lane);
   for (int i = 0; i < a.chunks; ++i) {
-    const int b = i & 1;
+    const int b = i % nbuf;
     const int wait_for = i - a.depth;  // the chunk whose landing frees this issue slot
-    if (wait_for >= 0) mbar_wait(bars + 8 * (wait_for & 1), (wait_for >> 1) & 1);
-    const uint32_t buf = base + b * kBufBytes;
+    if (wait_for >= 0) mbar_wait(bars + 8 * (wait_for % nbuf), (wait_for / nbuf) & 1);
+    const uint32_t buf = base + b * buffer_stride(M);
     const uint32_t bar = bars + 8 * b;
     const int* idx = idx0 + i * kKeys;
     if constexpr (M == kCp4 || M == kCp4x2) {
@@ -247,7 +259,11 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
           "[%3];\n" ::"r"(buf + r * kRowBytes),
           "l"(a.table + static_cast<size_t>(idx[r]) * kRowBytes), "r"(kRowBytes), "r"(bar)
           : "memory");
-    } else if constexpr (M >= kF64) {
+    } else if constexpr (M == kFBulk) {
+      const int r = tid;
+      mbar_arrive_expect_tx(bar, kFp8Row);
+      bulk_load(buf + r * kFp8Row, a.table + static_cast<size_t>(idx[r]) * kFp8Row, kFp8Row, bar, policy);
+    } else if constexpr (is_fp8(M)) {
       // Chunk i's loads were issued an iteration ago (DEPTH 2) or are issued now (DEPTH 1).
       const bool ahead = a.depth == 2 && i + 1 < a.chunks;
       if (ahead) fp8_load<M>(next, a.table, idx + kKeys, warp, lane);
@@ -280,15 +296,15 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
       mbar_arrive(bar);
     }
   }
-  // Drain: the last chunks of both buffers.
-  for (int i = a.chunks - 2; i < a.chunks; ++i) mbar_wait(bars + 8 * (i & 1), (i >> 1) & 1);
+  // Drain: the chunks still in flight.
+  for (int i = a.chunks - nbuf; i < a.chunks; ++i) mbar_wait(bars + 8 * (i % nbuf), (i / nbuf) & 1);
   const unsigned long long t1 = clock64();
   if (tid == 0) {
     a.cycles[blockIdx.x] = t1 - t0;
     *flag = 1;
   }
   if (blockIdx.x == 0) {
-    for (int o = 16 * tid; o < 2 * kBufBytes; o += 16 * threads_of(M)) {
+    for (int o = 16 * tid; o < kDumpBytes; o += 16 * threads_of(M)) {
       *reinterpret_cast<uint4*>(a.dump + o) = *reinterpret_cast<const uint4*>(gbase + o);
     }
   }
@@ -334,10 +350,10 @@ using namespace gather_probe;
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::printf("usage: gather_probe cp4|cp8|cp4x2|tma|regs|bulk|f64|f128|f128a TABLE_ROWS DEPTH [CHUNKS [BUSY]]\n");
+    std::printf("usage: gather_probe cp4|cp8|cp4x2|tma|regs|bulk|f64|f128|f128a|fbulk TABLE_ROWS DEPTH [CHUNKS [BUSY]]\n");
     return 1;
   }
-  const std::string names[kMethods] = {"cp4", "cp8", "cp4x2", "tma", "regs", "bulk", "f64", "f128", "f128a"};
+  const std::string names[kMethods] = {"cp4", "cp8", "cp4x2", "tma", "regs", "bulk", "f64", "f128", "f128a", "fbulk"};
   int m = -1;
   for (int i = 0; i < kMethods; ++i) {
     if (names[i] == argv[1]) m = i;
@@ -347,9 +363,13 @@ int main(int argc, char** argv) {
   const int chunks = argc > 4 ? std::atoi(argv[4]) : 64;
   const std::string busy_name = argc > 5 ? argv[5] : "none";
   const int busy = busy_name == "mma" ? kMma : busy_name == "alu" ? kAlu : kNone;
-  if (m < 0 || rows < 64 || depth < 1 || depth > 2 || chunks < 2) {
+  if (m < 0 || rows < 64 || depth < 1 || chunks < 2) {
     std::printf("bad arguments\n");
     return 1;
+  }
+  if (depth > max_depth(m) || chunks < buffers_of(m, depth)) {
+    std::printf("%-6s depth %d: not supported by this method\n", argv[1], depth);
+    return 0;
   }
   int dev = 0, sms = 0, khz = 0;
   CHECK(cudaGetDevice(&dev));
@@ -381,7 +401,7 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&idx, hidx.size() * sizeof(int)));
   CHECK(cudaMemcpy(idx, hidx.data(), hidx.size() * sizeof(int), cudaMemcpyHostToDevice));
   CHECK(cudaMalloc(&cycles, ctas * sizeof(unsigned long long)));
-  CHECK(cudaMalloc(&dump, 2 * kBufBytes));
+  CHECK(cudaMalloc(&dump, kDumpBytes));
   float* sink = nullptr;
   CHECK(cudaMalloc(&sink, static_cast<size_t>(ctas) * 1024 * sizeof(float)));
 
@@ -424,15 +444,16 @@ int main(int argc, char** argv) {
   CHECK(cudaMemcpy(cyc.data(), cycles, ctas * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
   std::sort(cyc.begin(), cyc.end());
 
-  // Check CTA 0's last two chunks: swizzled units, or whole rows for the bulk copies.
-  std::vector<uint8_t> hd(2 * kBufBytes);
+  // Check CTA 0's last chunks (one per buffer): swizzled units, or whole rows for the bulk copies.
+  std::vector<uint8_t> hd(kDumpBytes);
   CHECK(cudaMemcpy(hd.data(), dump, hd.size(), cudaMemcpyDeviceToHost));
   long long bad = 0;
-  for (int i = chunks - 2; i < chunks; ++i) {
-    const uint8_t* buf = hd.data() + (i & 1) * kBufBytes;
+  const int nbuf = buffers_of(m, depth);
+  for (int i = chunks - nbuf; i < chunks; ++i) {
+    const uint8_t* buf = hd.data() + (i % nbuf) * buffer_stride(m);
     for (int r = 0; r < kKeys; ++r) {
       const uint32_t row = static_cast<uint32_t>(hidx[static_cast<size_t>(i) * kKeys + r]);
-      if (m >= kF64) {
+      if (is_fp8(m)) {
         for (int u = 0; u < kFp8Units; ++u) {
           uint32_t w[4];
           std::memcpy(w, buf + r * kFp8Row + 16 * u, 16);

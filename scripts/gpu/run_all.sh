@@ -191,7 +191,7 @@ for step in "${STEPS[@]}"; do
       log "gather_probe"
       for busy in ${PROBE_BUSY:-none}; do
         for rows in ${PROBE_ROWS:-8192 65536 1048576}; do
-          for depth in 1 2; do
+          for depth in ${PROBE_DEPTHS:-1 2}; do
             for m in ${PROBE_METHODS:-cp4 cp8 cp4x2 tma regs bulk f64 f128 f128a}; do
               "$B/gather_probe" $m $rows $depth 64 $busy 2>&1 | tee -a "$OUT/probe.log"
             done

@@ -47,6 +47,7 @@ struct explicit_case {
   int max_tokens = 0;           // plan capacity (0 = batch * seq_q)
   bool small_chunk = false;     // DSV4_CUDA_CHUNK=32: the variant for GPUs with little shared memory
   const char* kernel = nullptr;  // DSV4_CUDA_KERNEL: "mma" keeps Hopper on the mma.sync kernel
+  bool row_loads = false;        // DSV4_CUDA_SMALL_STAGE=0: small-head FP8 rows by the producers' loads
   bool special_rows = false;     // host_cache::add_special_rows (extreme scales, NaN bytes)
   int q_pad = 0;                 // elements after each (token, head) q row: a strided q view
   int max_splits = 0;            // DSV4_CUDA_MAX_SPLITS (0: the planner's choice)
@@ -474,6 +475,7 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
     scoped_env env;
     if (c.small_chunk) env.set("DSV4_CUDA_CHUNK", "32");
     if (c.kernel != nullptr) env.set("DSV4_CUDA_KERNEL", c.kernel);
+    if (c.row_loads) env.set("DSV4_CUDA_SMALL_STAGE", "0");
     if (c.max_splits > 0) env.set("DSV4_CUDA_MAX_SPLITS", std::to_string(c.max_splits));
     if (c.persistent >= 0) env.set("DSV4_CUDA_PERSISTENT", std::to_string(c.persistent));
     plan_ptr = std::make_unique<plan_holder>(m.iface, ctx, P.options);
@@ -1156,6 +1158,11 @@ std::vector<explicit_case> explicit_cases() {
     c.special_rows = h != 20;
     add(c);
     if (h == 8) {
+      // 16-head tiles gather FP8 rows by the bulk-copy engine; the producers' own loads stay covered.
+      explicit_case d = c;
+      d.name = "sm90s-loads-v4-h8";
+      d.row_loads = true;
+      add(d);
       c.name = "mma-v4-h8";
       c.kernel = "mma";
       add(c);
@@ -1169,6 +1176,9 @@ std::vector<explicit_case> explicit_cases() {
     c.topk = 96;
     c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
     c.extra_topk = 700;
+    add(c);
+    c.name = "sm90s-loads-v4-decode-h16-b80";
+    c.row_loads = true;
     add(c);
   }
   {
