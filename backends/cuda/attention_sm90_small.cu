@@ -568,7 +568,7 @@ struct small_regs {
 template <uint32_t L, int MT, bool kStaged>
 __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(const __grid_constant__ attention_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(!kStaged || (MT == 1 && !row_format<L>::kBf16), "staged rows: FP8 layouts, 16-head tiles");
+  static_assert(!kStaged || small_staged_applies(MT, L), "staged rows: FP8 layouts, 16-head tiles");
   constexpr int NH = 16 * MT;
   extern __shared__ uint8_t smem_raw[];
   cta_state st{};
@@ -645,14 +645,6 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-// Whether a run of layout L with `head_tiles` tiles uses the staged producers (p.small_staged asks
-// for them where they apply).
-template <uint32_t L>
-constexpr bool staged_layout() { return L != DSV4_KV_LAYOUT_BF16; }
-bool use_staged(uint32_t layout, int head_tiles, bool asked) {
-  return asked && head_tiles == 1 && layout != DSV4_KV_LAYOUT_BF16;
-}
-
 template <uint32_t L, int MT, bool kStaged>
 cudaError_t configure_small() {
   return cudaFuncSetAttribute(attention_sm90_small_kernel<L, MT, kStaged>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -662,8 +654,8 @@ cudaError_t configure_small() {
 template <uint32_t L>
 cudaError_t launch_small(const attention_params& p, const cudaLaunchConfig_t& cfg) {
   if (p.head_tiles == 2) return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 2, false>, p);
-  if constexpr (staged_layout<L>()) {
-    if (use_staged(L, 1, p.small_staged != 0)) return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, true>, p);
+  if constexpr (small_staged_applies(1, L)) {
+    if (p.small_staged != 0) return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, true>, p);
   }
   return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, false>, p);
 }
@@ -671,7 +663,7 @@ cudaError_t launch_small(const attention_params& p, const cudaLaunchConfig_t& cf
 }  // namespace
 
 size_t attention_sm90_small_smem_bytes(int head_tiles, uint32_t layout, bool staged) {
-  return small_smem_bytes(head_tiles, use_staged(layout, head_tiles, staged));
+  return small_smem_bytes(head_tiles, staged && small_staged_applies(head_tiles, layout));
 }
 
 bool attention_sm90_small_compiled() {
@@ -688,7 +680,7 @@ cudaError_t attention_sm90_small_configure() {
     constexpr uint32_t L = decltype(l)::value;
     cudaError_t err = configure_small<L, 1, false>();
     if (err == cudaSuccess) err = configure_small<L, 2, false>();
-    if constexpr (staged_layout<L>()) {
+    if constexpr (small_staged_applies(1, L)) {
       if (err == cudaSuccess) err = configure_small<L, 1, true>();
     }
     return err;

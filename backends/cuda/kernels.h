@@ -106,8 +106,13 @@ cudaError_t attention_sm90_launch(const attention_params& p, cudaStream_t stream
 
 // Hopper kernel for 1..32 heads, attention_sm90_small.cu: 16- or 32-head tiles (head_tiles 1 or 2),
 // mma.sync, two producer warpgroups; the layouts, alignment and image check of the kernel above.
+// Whether its staged producers (FP8 rows by the bulk-copy engine) serve `head_tiles` tiles of
+// `layout`: 16-head tiles of the FP8 layouts (attention_params::small_staged asks for them).
+constexpr DSV4_HD bool small_staged_applies(int head_tiles, uint32_t layout) {
+  return head_tiles == 1 && layout != DSV4_KV_LAYOUT_BF16;
+}
 // Its dynamic shared memory for `head_tiles` tiles of `layout`, with the staged producers if `staged`
-// asks for them (16-head tiles of FP8 layouts: attention_params::small_staged).
+// asks for them where they apply.
 size_t attention_sm90_small_smem_bytes(int head_tiles, uint32_t layout, bool staged);
 bool attention_sm90_small_compiled();
 cudaError_t attention_sm90_small_configure();

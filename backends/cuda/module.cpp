@@ -353,7 +353,7 @@ dsv4_status size_plan(plan* p) {
     if (cerr != cudaSuccess) return cuda_fail(cerr, "plan: cudaFuncSetAttribute (sm90 small)");
     t->head_tiles = tile_rows / kMmaRows;
     t->head_groups = (o.num_heads + tile_rows - 1) / tile_rows;
-    t->small_staged = stage_ok && t->head_tiles == 1 && layout != DSV4_KV_LAYOUT_BF16;
+    t->small_staged = stage_ok && small_staged_applies(t->head_tiles, layout);
     t->smem_bytes = attention_sm90_small_smem_bytes(t->head_tiles, layout, t->small_staged);
     t->ctas_per_sm = 1;
     t->chunk_cost = chunk_cost;

@@ -31,9 +31,9 @@ constexpr int kKeys = 64;                          // list positions per chunk
 constexpr int kAtomBytes = 128;                    // one swizzle row: 64 bf16
 constexpr int kColBytes = 64 * kAtomBytes;         // one 64-dim column of a 64-row operand (8 KB)
 constexpr int kOperandBytes = (kHeadDim / 64) * kColBytes;  // a 64-row Q tile or one K buffer (64 KB)
-// producer_stage's raw FP8 rows, 592 bytes apart (576 data bytes + 16): 592 % 128 = 80 puts the
-// same 16-byte piece of 8 consecutive rows on 8 different bank groups, so each 8-lane phase of a
-// 16-byte shared load is conflict-free (576 apart they would share two).
+// producer_stage's raw FP8 rows, 592 bytes apart (576 data bytes + 16 of padding): 592 % 128 = 80
+// puts the same 16-byte piece of 8 consecutive rows on 8 different bank groups, so each 8-lane
+// phase of a 16-byte shared load is conflict-free (576 apart they would share two).
 constexpr int kRawRowBytes = 592;
 constexpr int kRawSlots = 2;
 constexpr int kRawWarpBytes = 8 * kRawRowBytes;
