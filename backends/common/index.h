@@ -47,6 +47,20 @@ DSV4_HD int32_t list_entry(const dsv4_mod_index_list& l, int64_t t, int64_t seq_
   return l.indices[c.b * l.stride_b + c.s * l.stride_s + i * l.stride_k];
 }
 
+// Token t's row of list l (l.indices set): list_entry(l, t, seq_q, i) is base[i * step]. Loops over
+// many entries of one token resolve the row once (a token's row costs a division by seq_q).
+// list_entry keeps its own single expression: rewritten through this, ptxas allocated the Hopper
+// producers' registers differently (spills in three kernels).
+struct list_row {
+  const int32_t* base;
+  int64_t step;
+};
+DSV4_HD list_row list_row_of(const dsv4_mod_index_list& l, int64_t t, int64_t seq_q) {
+  if (l.format == DSV4_INDEX_CSR) return list_row{l.indices + static_cast<int64_t>(l.indptr[t]), 1};
+  const token_coord c = split_token(t, seq_q);
+  return list_row{l.indices + (c.b * l.stride_b + c.s * l.stride_s), l.stride_k};
+}
+
 // Spec 2.3, portable rule: a candidate counts iff its position is below the length (handled by
 // list_row_count) and 0 <= idx < capacity.
 DSV4_HD bool slot_is_valid(int64_t idx, const dsv4_mod_cache& c) {

@@ -718,7 +718,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
       for (int j = 0; j < kPrefetchFirst + tid / kRowsPerChunk; ++j) c = walk.next_active(c + 1);
       const int row = static_cast<int>(rank) * (kKeys - kRowsPerChunk) + tid % kRowsPerChunk;
       int32_t idx[1];
-      load_chunk_indices<1>(p, walk, c, t, &row, idx);
+      load_chunk_indices<1>(walk, c, entry_per_call{p, t}, &row, idx);
       const uint8_t* src = nullptr;
       const uint8_t* sc = nullptr;
       if (idx[0] >= 0) resolve_index<L>(p, walk.list_of(c), idx[0], &src, &sc);

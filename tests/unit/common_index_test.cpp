@@ -66,4 +66,45 @@ TEST(CommonIndex, SlotBlockBase32MatchesDivision) {
   }
 }
 
+// A token's list row (list_row_of: resolved once, then base[i * step]) reads the same entries as
+// list_entry, for dense lists with padded or transposed strides and several seq_q, and for CSR lists.
+TEST(CommonIndex, ListRowMatchesListEntry) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<int32_t> pool(1 << 14);
+  for (int32_t& v : pool) v = static_cast<int32_t>(rng() & 0x7fffffff) - (1 << 30);
+  struct dense_shape {
+    int64_t batch, seq_q, width, stride_b, stride_s, stride_k;
+  };
+  // Row-major, padded rows, k-major (stride_k > 1), and a single token per batch entry.
+  for (const dense_shape& d : {dense_shape{3, 2, 7, 14, 7, 1}, dense_shape{2, 3, 5, 48, 16, 1},
+                               dense_shape{2, 2, 6, 2, 1, 4}, dense_shape{5, 1, 9, 11, 0, 1}}) {
+    dsv4_mod_index_list l{};
+    l.indices = pool.data();
+    l.format = DSV4_INDEX_DENSE;
+    l.width = static_cast<int32_t>(d.width);
+    l.stride_b = d.stride_b;
+    l.stride_s = d.stride_s;
+    l.stride_k = d.stride_k;
+    for (int64_t t = 0; t < d.batch * d.seq_q; ++t) {
+      const dsv4::list_row r = dsv4::list_row_of(l, t, d.seq_q);
+      for (int64_t i = 0; i < d.width; ++i) {
+        ASSERT_EQ(r.base[i * r.step], dsv4::list_entry(l, t, d.seq_q, i)) << "t " << t << " i " << i;
+      }
+    }
+  }
+  std::vector<int32_t> indptr = {0, 3, 3, 10, 17, 18};
+  dsv4_mod_index_list csr{};
+  csr.indices = pool.data() + 5;
+  csr.format = DSV4_INDEX_CSR;
+  csr.width = 7;
+  csr.indptr = indptr.data();
+  csr.num_entries = 18;
+  for (int64_t t = 0; t + 1 < static_cast<int64_t>(indptr.size()); ++t) {
+    const dsv4::list_row r = dsv4::list_row_of(csr, t, 1);
+    for (int64_t i = 0; i < indptr[t + 1] - indptr[t]; ++i) {
+      ASSERT_EQ(r.base[i * r.step], dsv4::list_entry(csr, t, 1, i)) << "t " << t << " i " << i;
+    }
+  }
+}
+
 }  // namespace
