@@ -216,8 +216,10 @@ int64_t attention_kernel::gather(const dsv4_mod_run& run, const value_scales& v,
     const dsv4_mod_index_list& list = *lists[l];
     const dsv4_mod_cache& cache = *caches[l];
     const int64_t count = list_row_count(list, t, run.seq_q);
+    if (count == 0) continue;  // also an absent list (no indices to take a row of)
+    const list_row row = list_row_of(list, t, run.seq_q);
     for (int64_t i = 0; i < count && n < max_candidates_; ++i) {
-      int64_t idx = list_entry(list, t, run.seq_q, i);
+      int64_t idx = row.base[i * row.step];
       if (!slot_is_valid(idx, cache)) continue;
 #if DSV4_CPU_MUTATION == 2
       if (first && slot_is_valid(idx + 1, cache)) idx += 1;
