@@ -64,14 +64,23 @@ struct small_map {
   static constexpr int stage_bars = counts + 16;             // producer_stage's slot barriers
   static constexpr int q = (stage_bars + kRawStageBars * 8 + 1023) / 1024 * 1024;
   static constexpr int q_bytes[2] = {(16 * kStageStride + 1023) / 1024 * 1024, (32 * kStageStride + 1023) / 1024 * 1024};
-  static constexpr int stage = q + q_bytes[0];               // 16-head tiles only
   static_assert(kMaxRows * kHeadDim * 2 <= q_bytes[1] && 16 * kPStride <= p_bytes, "Q and P fit their regions");
 };
+// The staged producers' raw rows follow the Q tile of the tile width (32 heads: FP8 bytes only).
+template <int MT>
+struct small_stage_map : small_map {
+  using raw = raw_stage<MT == 2>;
+  static constexpr int stage = q + q_bytes[MT - 1];
+};
 // Dynamic shared memory of a tile of 16 MT heads (+ alignment slack): 152 KB for 16 heads, 168 KB
-// for 32, 226 KB for 16 heads with the staged producers.
-constexpr size_t small_smem_bytes(int mt, bool staged) {
-  return (staged ? small_map::stage + kRawStageBytes : small_map::q + small_map::q_bytes[mt - 1]) + 1024;
+// for 32; with the staged producers 226 KB for both.
+template <int MT>
+constexpr size_t small_smem_bytes(bool staged) {
+  using S = small_stage_map<MT>;
+  return (staged ? S::stage + S::raw::kBytes : small_map::q + small_map::q_bytes[MT - 1]) + 1024;
 }
+static_assert(small_smem_bytes<1>(true) <= 227 * 1024 && small_smem_bytes<2>(true) <= 227 * 1024,
+              "the staged tiles fit a Hopper SM's shared memory");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // Named barriers of the consumer warpgroup (0 is __syncthreads).
@@ -546,9 +555,10 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
   }
 }
 
-// Full-barrier arrivals per chunk: both producer warpgroups (a bf16 producer thread arrives twice).
-template <uint32_t L>
-constexpr uint32_t kSmallFullArrivals = 2 * kFullArrivals<L>;
+// Full-barrier arrivals per chunk: both producer warpgroups (a bf16 producer thread arrives twice,
+// and so does a staged 32-head tile's: its rope copies land there).
+template <uint32_t L, int MT, bool kStaged>
+constexpr uint32_t kSmallFullArrivals = 2 * (kStaged && MT == 2 ? 256u : kFullArrivals<L>);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 
@@ -568,7 +578,7 @@ struct small_regs {
 template <uint32_t L, int MT, bool kStaged>
 __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(const __grid_constant__ attention_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(!kStaged || small_staged_applies(MT, L), "staged rows: FP8 layouts, 16-head tiles");
+  static_assert(!kStaged || small_staged_applies(MT, L), "staged rows: FP8 layouts (32-head tiles: 584 B)");
   constexpr int NH = 16 * MT;
   extern __shared__ uint8_t smem_raw[];
   cta_state st{};
@@ -591,7 +601,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
   if (tid < 2) store_list_count(p, t, tid, counts);
   if (tid == 32) {
     for (int b = 0; b < 2; ++b) {
-      mbar_init(st.full_bar + 8 * b, kSmallFullArrivals<L>);
+      mbar_init(st.full_bar + 8 * b, kSmallFullArrivals<L, MT, kStaged>);
       mbar_init(st.empty_bar + 8 * b, 128);
     }
     if constexpr (kStaged) {
@@ -637,7 +647,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     if constexpr (row_format<L>::kBf16) {
       producer_copy<L, small_map, true>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
     } else if constexpr (kStaged) {
-      producer_stage<L, small_map>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
+      producer_stage<L, small_stage_map<MT>>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
     } else {
       producer_convert<L, small_map, 1, true>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
     }
@@ -648,12 +658,17 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
 template <uint32_t L, int MT, bool kStaged>
 cudaError_t configure_small() {
   return cudaFuncSetAttribute(attention_sm90_small_kernel<L, MT, kStaged>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(small_smem_bytes(MT, kStaged)));
+                              static_cast<int>(small_smem_bytes<MT>(kStaged)));
 }
 
 template <uint32_t L>
 cudaError_t launch_small(const attention_params& p, const cudaLaunchConfig_t& cfg) {
-  if (p.head_tiles == 2) return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 2, false>, p);
+  if (p.head_tiles == 2) {
+    if constexpr (small_staged_applies(2, L)) {
+      if (p.small_staged != 0) return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 2, true>, p);
+    }
+    return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 2, false>, p);
+  }
   if constexpr (small_staged_applies(1, L)) {
     if (p.small_staged != 0) return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, true>, p);
   }
@@ -663,7 +678,8 @@ cudaError_t launch_small(const attention_params& p, const cudaLaunchConfig_t& cf
 }  // namespace
 
 size_t attention_sm90_small_smem_bytes(int head_tiles, uint32_t layout, bool staged) {
-  return small_smem_bytes(head_tiles, staged && small_staged_applies(head_tiles, layout));
+  const bool s = staged && small_staged_applies(head_tiles, layout);
+  return head_tiles == 2 ? small_smem_bytes<2>(s) : small_smem_bytes<1>(s);
 }
 
 bool attention_sm90_small_compiled() {
@@ -682,6 +698,9 @@ cudaError_t attention_sm90_small_configure() {
     if (err == cudaSuccess) err = configure_small<L, 2, false>();
     if constexpr (small_staged_applies(1, L)) {
       if (err == cudaSuccess) err = configure_small<L, 1, true>();
+    }
+    if constexpr (small_staged_applies(2, L)) {
+      if (err == cudaSuccess) err = configure_small<L, 2, true>();
     }
     return err;
   });

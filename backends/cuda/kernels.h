@@ -107,9 +107,10 @@ cudaError_t attention_sm90_launch(const attention_params& p, cudaStream_t stream
 // Hopper kernel for 1..32 heads, attention_sm90_small.cu: 16- or 32-head tiles (head_tiles 1 or 2),
 // mma.sync, two producer warpgroups; the layouts, alignment and image check of the kernel above.
 // Whether its staged producers (FP8 rows by the bulk-copy engine) serve `head_tiles` tiles of
-// `layout`: 16-head tiles of the FP8 layouts (attention_params::small_staged asks for them).
+// `layout`: 16-head tiles of the FP8 layouts, 32-head tiles of the 584 B layout (their stage holds
+// the FP8 bytes; attention_params::small_staged asks for them).
 constexpr DSV4_HD bool small_staged_applies(int head_tiles, uint32_t layout) {
-  return head_tiles == 1 && layout != DSV4_KV_LAYOUT_BF16;
+  return (head_tiles == 1 && layout != DSV4_KV_LAYOUT_BF16) || (head_tiles == 2 && layout == DSV4_KV_LAYOUT_FP8_V4_584B);
 }
 // Its dynamic shared memory for `head_tiles` tiles of `layout`, with the staged producers if `staged`
 // asks for them where they apply.

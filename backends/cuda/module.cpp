@@ -346,14 +346,14 @@ dsv4_status size_plan(plan* p) {
   // DSV4_CUDA_SMALL_STAGE=0 (A/B runs, tests) keeps the small-head kernel's FP8 rows on the
   // producers' loads instead of the bulk-copy engine.
   const char* stage_env = host_env("DSV4_CUDA_SMALL_STAGE");
-  const bool stage_ok = !(stage_env != nullptr && std::strcmp(stage_env, "0") == 0) &&
-                        attention_sm90_small_smem_bytes(1, layout, true) <= p->ctx->smem_optin;
+  const bool stage_ok = !(stage_env != nullptr && std::strcmp(stage_env, "0") == 0);
   auto small_tiling = [&](tiling* t, int tile_rows, double chunk_cost, double cta_cost) {
     const cudaError_t cerr = attention_sm90_small_configure();
     if (cerr != cudaSuccess) return cuda_fail(cerr, "plan: cudaFuncSetAttribute (sm90 small)");
     t->head_tiles = tile_rows / kMmaRows;
     t->head_groups = (o.num_heads + tile_rows - 1) / tile_rows;
-    t->small_staged = stage_ok && small_staged_applies(t->head_tiles, layout);
+    t->small_staged = stage_ok && small_staged_applies(t->head_tiles, layout) &&
+                      attention_sm90_small_smem_bytes(t->head_tiles, layout, true) <= p->ctx->smem_optin;
     t->smem_bytes = attention_sm90_small_smem_bytes(t->head_tiles, layout, t->small_staged);
     t->ctas_per_sm = 1;
     t->chunk_cost = chunk_cost;

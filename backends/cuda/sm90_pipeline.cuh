@@ -34,11 +34,18 @@ constexpr int kOperandBytes = (kHeadDim / 64) * kColBytes;  // a 64-row Q tile o
 // producer_stage's raw FP8 rows, 592 bytes apart (576 data bytes + 16 of padding): 592 % 128 = 80
 // puts the same 16-byte piece of 8 consecutive rows on 8 different bank groups, so each 8-lane
 // phase of a 16-byte shared load is conflict-free (576 apart they would share two).
-constexpr int kRawRowBytes = 592;
+// kNopeOnly: a stage row holds only the 448 FP8 bytes, 464 apart (464 % 128 = 80 as well), and
+// the rope goes by cp.async straight into the K buffer: 32-head tiles, whose Q tile leaves 59 of
+// the 74 KB that whole rows need.
 constexpr int kRawSlots = 2;
-constexpr int kRawWarpBytes = 8 * kRawRowBytes;
-constexpr int kRawStageBytes = 8 * kRawSlots * kRawWarpBytes;  // 8 producer warps
-constexpr int kRawStageBars = 8 * kRawSlots;                   // one barrier per warp and slot
+constexpr int kRawStageBars = 8 * kRawSlots;  // one barrier per warp and slot
+template <bool NopeOnly>
+struct raw_stage {
+  static constexpr bool kNopeOnly = NopeOnly;
+  static constexpr int kRowBytes = NopeOnly ? 464 : 592;
+  static constexpr int kWarpBytes = 8 * kRowBytes;
+  static constexpr int kBytes = 8 * kRawSlots * kWarpBytes;  // 8 producer warps
+};
 
 // Timeline tracing for tuning (build with -DDSV4_SM90_TRACE; never in shipped builds): each role's
 // first thread stamps the SM clock at the steps of every chunk into a per-CTA record, read back by
@@ -388,7 +395,8 @@ __device__ __forceinline__ uint32_t group_scale(uint2 scales, int g) {
 // returns the groups where that path is not exact (NaN bytes, scales near the ends of the range),
 // which fix_groups redoes afterwards. Keeping that rare path out of the unrolled loop keeps the
 // kernel small (and free of calls, which would cost the consumers their register budgets).
-template <uint32_t L, int CLUSTER>
+// kRope: also the rope groups (false: they reach the buffer by other means).
+template <uint32_t L, int CLUSTER, bool kRope = true>
 __device__ __forceinline__ uint32_t store_share(const row_share<L>& r, const row_slots& slot, const chunk_dst& d) {
   using F = row_format<L>;
   uint32_t inexact = 0;
@@ -402,8 +410,10 @@ __device__ __forceinline__ uint32_t store_share(const row_share<L>& r, const row
     put_unit<CLUSTER>(d, g * kColBytes + slot.pair[0], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.x, w.y), e), exact);
     put_unit<CLUSTER>(d, g * kColBytes + slot.pair[1], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.z, w.w), e), exact);
   }
+  if constexpr (kRope) {
 #pragma unroll
-  for (int g = 0; g < F::kRopeGroups; ++g) put_unit<CLUSTER>(d, F::kRopeUnit0 / 8 * kColBytes + slot.quad[g], r.rope[g]);
+    for (int g = 0; g < F::kRopeGroups; ++g) put_unit<CLUSTER>(d, F::kRopeUnit0 / 8 * kColBytes + slot.quad[g], r.rope[g]);
+  }
   return inexact;
 }
 
@@ -814,13 +824,20 @@ __device__ __forceinline__ uint4 lds16(uint32_t addr) {
   return v;
 }
 
+// Map::raw (raw_stage) is the stage's geometry. kNopeOnly: the stage holds each row's FP8 bytes only; its rope is prefetched into the
+// L2 when the row is staged and copied by cp.async into the K buffer when it is converted (the
+// copies land on the full barrier, whose count includes each producer thread's cp.async arrival).
 // i0 and the result: as for producer_convert (i0 = 0: one work item per CTA).
 template <uint32_t L, class Map>
 __device__ __forceinline__ int producer_stage(const attention_params& p, const cta_state& st, const chunk_walk& walk,
                                               const first_jobs& first, int half, int warp, int lane) {
   using F = row_format<L>;
-  static_assert(!F::kBf16 && kRawRowBytes >= kV4DataBytes + 16, "FP8 rows and their scale piece fit a stage row");
-  constexpr uint32_t kRowBytes = static_cast<uint32_t>(F::kV4 ? kV4DataBytes : kHeadDim);  // entry_data_offset(L, 1)
+  using S = typename Map::raw;
+  constexpr bool kNopeOnly = S::kNopeOnly;
+  static_assert(!kNopeOnly || F::kV4, "rope by cp.async: the 584 B layout");
+  // Bytes staged per row: the data bytes (entry_data_offset(L, 1)), or the FP8 bytes only.
+  constexpr uint32_t kRowBytes = static_cast<uint32_t>(kNopeOnly ? kNopeDim : F::kV4 ? kV4DataBytes : kHeadDim);
+  static_assert(!F::kBf16 && S::kRowBytes >= static_cast<int>(kRowBytes) + 16, "a stage row holds its bytes and padding");
   const int q = lane >> 3;
   const int r = lane & 7;
   const bool issuer = lane < 8;
@@ -829,23 +846,25 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
   const uint64_t policy = row_l2_policy(p.stream_rows != 0);
   const int stage_warp = 4 * half + warp;
   const bool stamp = half == 0 && warp == 0 && lane == 0;  // trace builds only
-  const uint32_t stage_row = st.base + Map::stage + stage_warp * kRawSlots * kRawWarpBytes + r * kRawRowBytes;
+  const uint32_t stage_row = st.base + Map::stage + stage_warp * kRawSlots * S::kWarpBytes + r * S::kRowBytes;
   const uint32_t stage_bar = st.base + Map::stage_bars + 8 * kRawSlots * stage_warp;
   // Copies row r of chunk c (list entry idx) into slot s and loads its UE8M0 bytes into `scales`
   // (issuers only; nothing waits on that load before the row is converted); returns whether the row
-  // is valid.
-  auto issue = [&](int c, int s, int32_t idx, uint2& scales) -> uint32_t {
+  // is valid, and its data pointer in `row_src` (kNopeOnly: its rope is copied from there).
+  auto issue = [&](int c, int s, int32_t idx, uint2& scales, const uint8_t*& row_src) -> uint32_t {
     if (!issuer) return 0u;
     const uint8_t* src;
     const uint8_t* sc;
     resolve_index<L>(p, walk.list_of(c), idx, &src, &sc);
+    row_src = src;
     const uint32_t bar = stage_bar + 8 * s;
     if (src == nullptr) {
       mbar_arrive(bar);
       return 0u;
     }
     mbar_arrive_expect_tx(bar, kRowBytes);
-    bulk_load(stage_row + s * kRawWarpBytes, src, kRowBytes, bar, policy);
+    bulk_load(stage_row + s * S::kWarpBytes, src, kRowBytes, bar, policy);
+    if constexpr (kNopeOnly) bulk_prefetch_l2(src + kNopeDim, kV4DataBytes - kNopeDim);
     if constexpr (F::kV4) scales = ld_nc8(sc);
     return 1u;
   };
@@ -855,33 +874,45 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
     if (issuer) load_chunk_indices<1>(walk, c, lists, &row, idx);
     return idx[0];
   };
-  // Converts chunk i (slot i % 2; lane r holds its row's validity and scales) into K buffer i % 2.
-  auto convert = [&](int i, uint32_t info, uint2 scales) {
+  // Converts chunk i (slot i % 2; lane r holds its row's validity, scales and pointer) into K buffer i % 2.
+  auto convert = [&](int i, uint32_t info, uint2 scales, const uint8_t* row_src) {
     const int s = i % kRawSlots;
     const int b = i & 1;
     uint32_t* valid = reinterpret_cast<uint32_t*>(st.smem + Map::valid) + b * kKeys;
     const chunk_dst d{st.smem + Map::k + b * kOperandBytes, 0u, 0u};
     const uint32_t mine = __shfl_sync(0xffffffffu, info, r);
-    const uint32_t src = stage_row + s * kRawWarpBytes + 16 * q;
+    const uint32_t src = stage_row + s * S::kWarpBytes + 16 * q;
     if (stamp) trace::chunk(i, trace::kProdTop);
     mbar_wait(st.empty_bar + 8 * b, ((i >> 1) & 1) ^ 1);  // the first use of a buffer does not wait
     if (stamp) trace::chunk(i, trace::kProdEmpty);
+    const bool ok = (mine & 1u) != 0u;
+    if constexpr (kNopeOnly) {
+      // The rope units of the row (zeros for an invalid one; cache base: not read) land on the full
+      // barrier while the FP8 bytes are converted.
+      const uint8_t* rope = reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(row_src), r));
+      rope = ok ? rope + kNopeDim + 16 * q : p.cache[0].base;
+      const uint32_t rope_dst = st.base + Map::k + b * kOperandBytes + F::kRopeUnit0 / 8 * kColBytes;
+#pragma unroll
+      for (int g = 0; g < F::kRopeGroups; ++g) cp_async16_zfill(rope_dst + slot.quad[g], rope + (ok ? 64 * g : 0), ok, policy);
+      cp_async_arrive(st.full_bar + 8 * b);
+    }
     mbar_wait(stage_bar + 8 * s, (i / kRawSlots) & 1);
     if (stamp) trace::chunk(i, trace::kProdData);
     row_share<L> share;
-    const bool ok = (mine & 1u) != 0u;
 #pragma unroll
     for (int g = 0; g < F::kFp8Groups; ++g) share.fp8[g] = ok ? lds16(src + 64 * g) : make_uint4(0, 0, 0, 0);
+    if constexpr (!kNopeOnly) {
 #pragma unroll
-    for (int g = 0; g < F::kRopeGroups; ++g)
-      share.rope[g] = ok ? lds16(src + kNopeDim + 64 * g) : make_uint4(0, 0, 0, 0);
+      for (int g = 0; g < F::kRopeGroups; ++g)
+        share.rope[g] = ok ? lds16(src + kNopeDim + 64 * g) : make_uint4(0, 0, 0, 0);
+    }
     share.scales = make_uint2(0x7f7f7f7fu, 0x7f7f7f7fu);
     if constexpr (F::kV4) {
       const uint2 sc = make_uint2(__shfl_sync(0xffffffffu, scales.x, r), __shfl_sync(0xffffffffu, scales.y, r));
       if (ok) share.scales = sc;
     }
     if (q == 0) valid[row] = ok ? 1u : 0u;
-    const uint32_t inexact = store_share<L, 1>(share, slot, d);
+    const uint32_t inexact = store_share<L, 1, !kNopeOnly>(share, slot, d);
     if (inexact != 0u) fix_groups<L, 1>(inexact, [&](int g) { return lds16(src + 64 * g); }, share.scales, slot, d);
     fence_proxy_async();  // the tensor cores read the buffers through the async proxy
     mbar_arrive(st.full_bar + 8 * b);
@@ -894,10 +925,12 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
   static_assert(kRawSlots == 2, "the loop below alternates two slots");
   uint32_t info0 = 0u, info1 = 0u;
   uint2 scales0 = make_uint2(0u, 0u), scales1 = make_uint2(0u, 0u);
+  const uint8_t* src0 = nullptr;
+  const uint8_t* src1 = nullptr;
   if (stamp) trace::header(trace::kProdEnter);
-  if (c0 < walk.c_end) info0 = issue(c0, 0, issuer ? first_entry(walk, lists, first, 0, c0) : -1, scales0);
+  if (c0 < walk.c_end) info0 = issue(c0, 0, issuer ? first_entry(walk, lists, first, 0, c0) : -1, scales0, src0);
   if (stamp) trace::header(trace::kProdIssued0);
-  if (c1 < walk.c_end) info1 = issue(c1, 1, issuer ? first_entry(walk, lists, first, 1, c1) : -1, scales1);
+  if (c1 < walk.c_end) info1 = issue(c1, 1, issuer ? first_entry(walk, lists, first, 1, c1) : -1, scales1, src1);
   if (stamp) trace::header(trace::kProdIssued1);
   // The list entries of the next two chunks to issue (c_issue, c_ahead) are in flight a whole chunk
   // period before their rows are resolved: one period ahead, their loads stalled the issue (H200).
@@ -905,11 +938,11 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
   int c_ahead = c_issue < walk.c_end ? walk.next_active(c_issue + 1) : walk.c_end;
   int32_t idx_issue = c_issue < walk.c_end ? entry(c_issue) : -1;
   int32_t idx_ahead = c_ahead < walk.c_end ? entry(c_ahead) : -1;
-  auto step = [&](int i, int s, uint32_t& info, uint2& scales) {
-    convert(i, info, scales);
+  auto step = [&](int i, int s, uint32_t& info, uint2& scales, const uint8_t*& row_src) {
+    convert(i, info, scales, row_src);
     __syncwarp();
     if (c_issue < walk.c_end) {
-      info = issue(c_issue, s, idx_issue, scales);
+      info = issue(c_issue, s, idx_issue, scales, row_src);
       c_issue = c_ahead;
       idx_issue = idx_ahead;
       if (c_ahead < walk.c_end) {
@@ -920,10 +953,10 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
   };
   int i = 0;
   for (int c = c0; c < walk.c_end;) {
-    step(i++, 0, info0, scales0);
+    step(i++, 0, info0, scales0, src0);
     c = walk.next_active(c + 1);
     if (c >= walk.c_end) break;
-    step(i++, 1, info1, scales1);
+    step(i++, 1, info1, scales1, src1);
     c = walk.next_active(c + 1);
   }
   if (stamp) trace::header(trace::kProdEnd);

@@ -1158,7 +1158,7 @@ std::vector<explicit_case> explicit_cases() {
     c.special_rows = h != 20;
     add(c);
     if (h == 8) {
-      // 16-head tiles gather FP8 rows by the bulk-copy engine; the producers' own loads stay covered.
+      // Small-head tiles gather FP8 rows by the bulk-copy engine; the producers' own loads stay covered.
       explicit_case d = c;
       d.name = "sm90s-loads-v4-h8";
       d.row_loads = true;
@@ -1166,6 +1166,13 @@ std::vector<explicit_case> explicit_cases() {
       c.name = "mma-v4-h8";
       c.kernel = "mma";
       add(c);
+    }
+    if (h == 32) {
+      // 32-head tiles stage the FP8 bytes and copy the rope by cp.async; their loads path too.
+      explicit_case d = c;
+      d.name = "sm90s-loads-v4-h32";
+      d.row_loads = true;
+      add(d);
     }
   }
   {
@@ -1212,6 +1219,19 @@ std::vector<explicit_case> explicit_cases() {
     c.batch = 1;
     c.topk = 300;
     c.extra_topk = 200;
+    add(c);
+  }
+  {
+    explicit_case c;  // staged 32-head tiles (a partial second half) with splits, odd blocks, extreme rows
+    c.name = "sm90s-v4-h24-b1-splits";
+    c.special_rows = true;
+    c.heads = 24;
+    c.batch = 1;
+    c.topk = 300;
+    c.block = 37;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 200;
+    c.extra_block = 3;
     add(c);
   }
   {
