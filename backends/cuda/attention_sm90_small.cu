@@ -9,9 +9,10 @@
 // One CTA = one (token, key split, group of 16 * MT heads); 384 threads:
 //   WG1, WG2 (producers, sm90_pipeline.cuh): rows 0..31 and 32..63 of every 64-key chunk, gathered,
 //       dequantised (FP8) or copied (bf16) into one of two K buffers (the 128B-swizzled layout of the
-//       64-head kernel); full / empty mbarriers hand the buffers over. With 16-head tiles the FP8
-//       rows come by the bulk-copy engine into a raw stage two chunks ahead, and the producers
-//       convert from there (producer_stage; H200, 8 heads b=64: 36.8 -> 31.9 us).
+//       64-head kernel); full / empty mbarriers hand the buffers over. FP8 rows come by the
+//       bulk-copy engine into a raw stage two chunks ahead, and the producers convert from there
+//       (producer_stage; H200, 8 heads b=64: 36.8 -> 31.9 us). A 32-head tile's stage holds the FP8
+//       bytes only, its rope goes by cp.async (32 heads b=64: 43.0 -> 40.3 us).
 //   WG0 (consumer, warps w = 0..3), by tile width:
 //     16 heads (mma.sync): S = Q K^T for keys 16w..16w+15 of the chunk and every head (m16n8k16,
 //       operands by ldmatrix); the chunk's row maxima meet in shared memory; P (bf16) to shared
@@ -20,7 +21,7 @@
 //       blocks of the value (O^T = V^T P^T), its N the 32 heads, every operand read from shared
 //       memory by the tensor cores. Warp w holds keys 16w..16w+15 of S^T, so a head's chunk maximum
 //       meets over the warp's lanes and then the four warps in shared memory; P^T (bf16,
-//       [head][key], 128B-swizzled) goes to shared memory. With mma.sync, 32 heads loaded Q, K and V
+//       [head][key], 128B-swizzled) goes to shared memory by stmatrix.trans (40.3 -> 39.3 us). With mma.sync, 32 heads loaded Q, K and V
 //       fragments by ldmatrix for two m-tiles every chunk; for 16 heads mma.sync stays the faster
 //       (H200: docs/performance.md, round 29).
 // Numerics match the other kernels: logits scaled in fp32 (base 2), P rounded to bf16, fp32 O and
@@ -390,8 +391,8 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
     }
   const uint32_t q_desc = desc_lo(st.base + small_map::q, 16);
   const uint32_t p_desc = desc_lo(st.base + small_map::p, 16);
+  const uint32_t p_base = st.base + small_map::p;
   float* red_max = reinterpret_cast<float*>(st.smem + small_map::red_max);
-  uint8_t* pbuf = st.smem + small_map::p;
   const int key0 = 16 * warp + g;  // this thread's keys: key0 and key0 + 8
   int i = 0;
   for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
@@ -435,6 +436,7 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
     red_max[4 * warp_head(g, tig) + warp] = reduce_scatter_heads(mx, g, [](float a, float b) { return fmaxf(a, b); });
     named_sync(kBarMax, 128);
     float alpha[NJ][2];
+    float pe[NJ][2][2];  // exponentials [head block j][key0 + 8h][head 8j + 2 tig + e]
 #pragma unroll
     for (int j = 0; j < NJ; ++j)
 #pragma unroll
@@ -446,14 +448,23 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
         alpha[j][e] = exp2_ftz(m_run[j][e] - m_use);
         m_run[j][e] = m_new;
-        const float e0 = exp2_ftz(fmaf(s[4 * j + e], scl, -m_use));
-        const float e1 = exp2_ftz(fmaf(s[4 * j + 2 + e], scl, -m_use));
-        l_run[j][e] = l_run[j][e] * alpha[j][e] + (e0 + e1);
-        // P^T[head][key] (bf16, RNE as f32_to_bf16), the 128B swizzle of a 64-key row.
-        uint8_t* prow = pbuf + hd * kAtomBytes + 2 * (key0 % 8);
-        *reinterpret_cast<__nv_bfloat16*>(prow + (((key0 / 8) ^ (hd % 8)) << 4)) = __float2bfloat16_rn(e0 * vs);
-        *reinterpret_cast<__nv_bfloat16*>(prow + (((key0 / 8 + 1) ^ (hd % 8)) << 4)) = __float2bfloat16_rn(e1 * vs);
+        pe[j][0][e] = exp2_ftz(fmaf(s[4 * j + e], scl, -m_use));
+        pe[j][1][e] = exp2_ftz(fmaf(s[4 * j + 2 + e], scl, -m_use));
+        l_run[j][e] = l_run[j][e] * alpha[j][e] + (pe[j][0][e] + pe[j][1][e]);
       }
+    // P^T[head][key] (bf16, RNE as f32_to_bf16), the 128B swizzle of a 64-key row: the thread's
+    // values are mma fragments of 8x8 blocks (keys 16 warp + 8h.., heads 8j..), stored transposed,
+    // two blocks of heads per instruction (16 two-byte stores before).
+#pragma unroll
+    for (int x = 0; x < NJ / 2; ++x) {
+      uint32_t frag[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) frag[m] = pack_bf16(pe[2 * x + m / 2][m % 2][0] * vs, pe[2 * x + m / 2][m % 2][1] * vs);
+      // Lane 8m + c addresses row c of block m = 2 (j - 2x) + h: head hd, keys 16 warp + 8h...
+      const int hd = 8 * (2 * x + lane / 16) + lane % 8;
+      const int unit = 2 * warp + (lane / 8) % 2;
+      stmatrix_x4_trans(p_base + hd * kAtomBytes + ((unit ^ (hd % 8)) << 4), frag);
+    }
     // The tensor cores read P^T through the async proxy.
     fence_proxy_async();
     named_sync(kBarP, 128);

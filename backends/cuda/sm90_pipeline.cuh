@@ -818,6 +818,15 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
 // 576-byte rows at 15.1 B/cycle/SM against 11.9 for the producers' register map (gather_probe,
 // docs/performance.md round 32).
 
+// Four 8x8 b16 matrices from mma-fragment registers (r[m]: row lane / 4, columns 2 (lane % 4) + {0, 1}
+// of matrix m), stored transposed: row c of matrix m (its column c, 16 bytes) at the address lane
+// 8 m + c gives.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 __device__ __forceinline__ uint4 lds16(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
