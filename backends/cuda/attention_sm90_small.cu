@@ -12,7 +12,7 @@
 //       64-head kernel); full / empty mbarriers hand the buffers over. FP8 rows come by the
 //       bulk-copy engine into a raw stage two chunks ahead, and the producers convert from there
 //       (producer_stage; H200, 8 heads b=64: 36.8 -> 31.9 us). A 32-head tile's stage holds the FP8
-//       bytes only, its rope goes by cp.async (32 heads b=64: 43.0 -> 40.3 us).
+//       bytes only, its rope goes by cp.async (with P^T by stmatrix, 32 heads b=64: 43.2 -> 37.6 us).
 //   WG0 (consumer, warps w = 0..3), by tile width:
 //     16 heads (mma.sync): S = Q K^T for keys 16w..16w+15 of the chunk and every head (m16n8k16,
 //       operands by ldmatrix); the chunk's row maxima meet in shared memory; P (bf16) to shared

@@ -833,9 +833,12 @@ __device__ __forceinline__ uint4 lds16(uint32_t addr) {
   return v;
 }
 
-// Map::raw (raw_stage) is the stage's geometry. kNopeOnly: the stage holds each row's FP8 bytes only; its rope is prefetched into the
-// L2 when the row is staged and copied by cp.async into the K buffer when it is converted (the
-// copies land on the full barrier, whose count includes each producer thread's cp.async arrival).
+// Map::raw (raw_stage) is the stage's geometry. kNopeOnly: the stage holds each row's FP8 bytes
+// only; its rope is copied by cp.async into the K buffer when the row is converted (the copies land
+// on the full barrier, whose count includes each producer thread's cp.async arrival). Prefetching
+// the rope into the L2 when the row is staged made it slower (H200, 32 heads b=64: 37.6 -> 39.3 us
+// by a bulk prefetch, 38.1 by two line prefetches): the producers are bound by what they issue,
+// and the rope's lines arrive in time without.
 // i0 and the result: as for producer_convert (i0 = 0: one work item per CTA).
 template <uint32_t L, class Map>
 __device__ __forceinline__ int producer_stage(const attention_params& p, const cta_state& st, const chunk_walk& walk,
@@ -873,7 +876,6 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
     }
     mbar_arrive_expect_tx(bar, kRowBytes);
     bulk_load(stage_row + s * S::kWarpBytes, src, kRowBytes, bar, policy);
-    if constexpr (kNopeOnly) bulk_prefetch_l2(src + kNopeDim, kV4DataBytes - kNopeDim);
     if constexpr (F::kV4) scales = ld_nc8(sc);
     return 1u;
   };
