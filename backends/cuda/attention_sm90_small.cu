@@ -21,9 +21,9 @@
 //       blocks of the value (O^T = V^T P^T), its N the 32 heads, every operand read from shared
 //       memory by the tensor cores. Warp w holds keys 16w..16w+15 of S^T, so a head's chunk maximum
 //       meets over the warp's lanes and then the four warps in shared memory; P^T (bf16,
-//       [head][key], 128B-swizzled) goes to shared memory by stmatrix.trans (40.3 -> 39.3 us). With mma.sync, 32 heads loaded Q, K and V
-//       fragments by ldmatrix for two m-tiles every chunk; for 16 heads mma.sync stays the faster
-//       (H200: docs/performance.md, round 29).
+//       [head][key], 128B-swizzled) goes to shared memory by stmatrix.trans (40.3 -> 39.3 us).
+//       With mma.sync, 32 heads loaded Q, K and V fragments by ldmatrix for two m-tiles every chunk;
+//       for 16 heads mma.sync stays the faster (H200: docs/performance.md, round 29).
 // Numerics match the other kernels: logits scaled in fp32 (base 2), P rounded to bf16, fp32 O and
 // sums (each thread keeps the sum over its keys; the parts are added once at the end).
 #include <cuda_bf16.h>
@@ -567,9 +567,10 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
 }
 
 // Full-barrier arrivals per chunk: both producer warpgroups (a bf16 producer thread arrives twice,
-// and so does a staged 32-head tile's: its rope copies land there).
+// and so does a staged producer whose stage holds the FP8 bytes only: its rope copies land there).
 template <uint32_t L, int MT, bool kStaged>
-constexpr uint32_t kSmallFullArrivals = 2 * (kStaged && MT == 2 ? 256u : kFullArrivals<L>);
+constexpr uint32_t kSmallFullArrivals =
+    2 * kFullArrivals<L> * (kStaged && small_stage_map<MT>::raw::kNopeOnly ? 2u : 1u);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 
@@ -585,7 +586,8 @@ struct small_regs {
 };
 
 // MT: 16-head tiles per CTA (NH = 16 MT heads). kStaged: FP8 rows gathered by the bulk-copy engine
-// into a raw stage (producer_stage; 16-head tiles), else loaded by the producers (producer_convert).
+// into a raw stage (producer_stage; small_staged_applies), else loaded by the producers
+// (producer_convert).
 template <uint32_t L, int MT, bool kStaged>
 __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(const __grid_constant__ attention_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -616,7 +618,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
       mbar_init(st.empty_bar + 8 * b, 128);
     }
     if constexpr (kStaged) {
-      for (int b = 0; b < kRawStageBars; ++b) mbar_init(st.base + small_map::stage_bars + 8 * b, 8);
+      for (int b = 0; b < kRawStageBars; ++b) mbar_init(st.base + small_map::stage_bars + 8 * b, kRawRowsPerWarp);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }

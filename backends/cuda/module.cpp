@@ -99,7 +99,7 @@ struct tiling {
   int resident[2] = {0, 0};     // its resident CTAs, single / pairs (0: no persistent CTAs)
   bool persistent_forced = false;  // DSV4_CUDA_PERSISTENT=n: persistent CTAs whatever the lengths
   bool sm90_small = false;      // the Hopper kernel for 1..32 heads (attention_sm90_small.cu)
-  bool small_staged = false;    // its FP8 rows staged by the bulk-copy engine (16-head tiles)
+  bool small_staged = false;    // its FP8 rows staged by the bulk-copy engine (small_staged_applies)
 };
 
 struct plan {

@@ -38,13 +38,15 @@ constexpr int kOperandBytes = (kHeadDim / 64) * kColBytes;  // a 64-row Q tile o
 // the rope goes by cp.async straight into the K buffer: 32-head tiles, whose Q tile leaves 59 of
 // the 74 KB that whole rows need.
 constexpr int kRawSlots = 2;
-constexpr int kRawStageBars = 8 * kRawSlots;  // one barrier per warp and slot
+constexpr int kRawWarps = 8;        // the two producer warpgroups' warps, one stage each
+constexpr int kRawRowsPerWarp = 8;  // rows of a chunk per warp (and slot); lanes 0..7 issue them
+constexpr int kRawStageBars = kRawWarps * kRawSlots;  // one barrier per warp and slot
 template <bool NopeOnly>
 struct raw_stage {
   static constexpr bool kNopeOnly = NopeOnly;
   static constexpr int kRowBytes = NopeOnly ? 464 : 592;
-  static constexpr int kWarpBytes = 8 * kRowBytes;
-  static constexpr int kBytes = 8 * kRawSlots * kWarpBytes;  // 8 producer warps
+  static constexpr int kWarpBytes = kRawRowsPerWarp * kRowBytes;
+  static constexpr int kBytes = kRawWarps * kRawSlots * kWarpBytes;
 };
 
 // Timeline tracing for tuning (build with -DDSV4_SM90_TRACE; never in shipped builds): each role's
@@ -286,6 +288,22 @@ __device__ __forceinline__ uint4 ld_nc16(const uint8_t* p, bool streamed) {
   asm volatile("ld.global.nc.L1::evict_last.L2::cache_hint.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p), "l"(policy));
+  return v;
+}
+
+// Four 8x8 b16 matrices from mma-fragment registers (r[m]: row lane / 4, columns 2 (lane % 4) + {0, 1}
+// of matrix m), stored transposed: row c of matrix m (its column c, 16 bytes) at the address lane
+// 8 m + c gives.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
+// 16 bytes of shared memory (producer_stage's raw rows).
+__device__ __forceinline__ uint4 lds16(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
   return v;
 }
 
@@ -818,21 +836,6 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
 // 576-byte rows at 15.1 B/cycle/SM against 11.9 for the producers' register map (gather_probe,
 // docs/performance.md round 32).
 
-// Four 8x8 b16 matrices from mma-fragment registers (r[m]: row lane / 4, columns 2 (lane % 4) + {0, 1}
-// of matrix m), stored transposed: row c of matrix m (its column c, 16 bytes) at the address lane
-// 8 m + c gives.
-__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
-               "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
-}
-
-__device__ __forceinline__ uint4 lds16(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
-  return v;
-}
-
 // Map::raw (raw_stage) is the stage's geometry. kNopeOnly: the stage holds each row's FP8 bytes
 // only; its rope is copied by cp.async into the K buffer when the row is converted (the copies land
 // on the full barrier, whose count includes each producer thread's cp.async arrival). Prefetching
@@ -852,8 +855,8 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
   static_assert(!F::kBf16 && S::kRowBytes >= static_cast<int>(kRowBytes) + 16, "a stage row holds its bytes and padding");
   const int q = lane >> 3;
   const int r = lane & 7;
-  const bool issuer = lane < 8;
-  const int row = 32 * half + 8 * warp + r;
+  const bool issuer = lane < kRawRowsPerWarp;
+  const int row = 32 * half + kRawRowsPerWarp * warp + r;
   const row_slots slot = make_row_slots(row, q);
   const uint64_t policy = row_l2_policy(p.stream_rows != 0);
   const int stage_warp = 4 * half + warp;
@@ -904,7 +907,7 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
       rope = ok ? rope + kNopeDim + 16 * q : p.cache[0].base;
       const uint32_t rope_dst = st.base + Map::k + b * kOperandBytes + F::kRopeUnit0 / 8 * kColBytes;
 #pragma unroll
-      for (int g = 0; g < F::kRopeGroups; ++g) cp_async16_zfill(rope_dst + slot.quad[g], rope + (ok ? 64 * g : 0), ok, policy);
+      for (int g = 0; g < F::kRopeGroups; ++g) cp_async16_zfill(rope_dst + slot.quad[g], rope + 64 * g, ok, policy);
       cp_async_arrive(st.full_bar + 8 * b);
     }
     mbar_wait(stage_bar + 8 * s, (i / kRawSlots) & 1);
