@@ -1048,6 +1048,10 @@ std::vector<explicit_case> explicit_cases() {
     d.heads = 4;
     add(d);
     d = c;
+    d.name = "sm90s-lone-nan-key-v4-h4";
+    d.heads = 4;
+    add(d);
+    d = c;
     d.name = "mma-lone-nan-key-bf16-h16";
     d.layout = d.extra_layout = DSV4_KV_LAYOUT_BF16;
     d.kernel = "mma";
@@ -1186,6 +1190,41 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
     c.name = "sm90s-loads-v4-decode-h16-b80";
     c.row_loads = true;
+    add(c);
+  }
+  // Partial 16-head tiles of the 584 B layout (1, 5, 13 heads) with splits, odd block sizes,
+  // extreme-scale and NaN-byte rows and short lengths.
+  for (int h : {1, 5, 13}) {
+    explicit_case c;
+    c.name = "sm90s-v4-h" + std::to_string(h) + "-b1-splits";
+    c.special_rows = true;
+    c.heads = h;
+    c.batch = 1;
+    c.topk = 300;
+    c.block = 37;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 200;
+    c.extra_block = 3;
+    add(c);
+  }
+  {
+    explicit_case c;  // many tokens, no lengths (every chunk full), a graph replayed
+    c.name = "sm90s-v4-h16-b40-graph";
+    c.heads = 16;
+    c.batch = 40;
+    c.lengths = false;
+    c.extra_lengths = false;
+    c.topk = 128;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 512;
+    c.extra_block = 64;
+    c.graph = true;
+    add(c);
+    c.name = "sm90s-v4-h7-b40-splits3";
+    c.heads = 7;
+    c.graph = false;
+    c.max_splits = 3;
+    c.special_rows = true;
     add(c);
   }
   {
