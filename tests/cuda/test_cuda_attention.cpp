@@ -1192,9 +1192,10 @@ std::vector<explicit_case> explicit_cases() {
     c.row_loads = true;
     add(c);
   }
-  // Partial 16-head tiles of the 584 B layout (1, 5, 13 heads) with splits, odd block sizes,
-  // extreme-scale and NaN-byte rows and short lengths.
-  for (int h : {1, 5, 13}) {
+  // Partial tiles of the 584 B layout with splits, odd block sizes, extreme-scale and NaN-byte rows
+  // and short lengths: 16-head tiles (1, 5, 13 heads) and staged 32-head tiles with a partial second
+  // half (24 heads).
+  for (int h : {1, 5, 13, 24}) {
     explicit_case c;
     c.name = "sm90s-v4-h" + std::to_string(h) + "-b1-splits";
     c.special_rows = true;
@@ -1258,19 +1259,6 @@ std::vector<explicit_case> explicit_cases() {
     c.batch = 1;
     c.topk = 300;
     c.extra_topk = 200;
-    add(c);
-  }
-  {
-    explicit_case c;  // staged 32-head tiles (a partial second half) with splits, odd blocks, extreme rows
-    c.name = "sm90s-v4-h24-b1-splits";
-    c.special_rows = true;
-    c.heads = 24;
-    c.batch = 1;
-    c.topk = 300;
-    c.block = 37;
-    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
-    c.extra_topk = 200;
-    c.extra_block = 3;
     add(c);
   }
   {
