@@ -1218,7 +1218,6 @@ std::vector<explicit_case> explicit_cases() {
     c.topk = 128;
     c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
     c.extra_topk = 512;
-    c.extra_block = 64;
     c.graph = true;
     add(c);
     c.name = "sm90s-v4-h7-b40-splits3";
