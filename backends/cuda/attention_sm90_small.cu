@@ -335,6 +335,206 @@ __device__ __forceinline__ void small_consumer_mma(const attention_params& p, co
   }
 }
 
+// WG0 of an 8-head tile (1..8 heads; mma.sync, transposed). A 16-head tile's m16 rows would leave
+// half of every mma and Q read idle, so here the chunk's keys are the rows: S^T = K Q^T with n8 the
+// heads, Q^T held in registers (read from shared memory once), and O^T = V^T P^T with warp w's
+// dims 128w..128w+127 as eight m16 tiles. Per warp and chunk: 32 mma and 32 ldmatrix for S^T (keys
+// 16w..16w+15), 32 mma and 34 ldmatrix for O^T, against 64 + 64 and 64 + 36 on a 16-head tile.
+// Accumulators: S^T s[2h + e] is key 16w + g + 8h, head 2 tig + e; O^T o[mt][2h + e] is dim
+// 128w + 16mt + g + 8h, head 2 tig + e: a thread's two heads are the same in both, as in the
+// 32-head wgmma consumer. kValueScale: P times the per-tensor FP8 value scale.
+template <bool kValueScale>
+__device__ __forceinline__ void small_consumer_h8(const attention_params& p, const cta_state& st,
+                                                  const chunk_walk& walk, int tid) {
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int tig = lane % 4;
+  const int j = lane / 8;  // the 8x8 matrix this lane addresses in an x4 ldmatrix
+  // Q^T as B fragments of the 32 k-steps: matrix j of load x is heads 0..7, dims 32x + 8j..
+  uint32_t qf[kHeadDim / 16][2];
+  {
+    const uint32_t q_lane = st.base + small_map::q + (lane % 8) * kStageStride + j * 16;
+#pragma unroll
+    for (int x = 0; x < kHeadDim / 32; ++x) {
+      uint32_t r[4];
+      ldmatrix_x4(r, q_lane + x * 64);
+      qf[2 * x][0] = r[0];
+      qf[2 * x][1] = r[1];
+      qf[2 * x + 1][0] = r[2];
+      qf[2 * x + 1][1] = r[3];
+    }
+  }
+  float o[8][4];
+#pragma unroll
+  for (int mt = 0; mt < 8; ++mt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[mt][e] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY};
+  float l_run[2] = {0.0f, 0.0f};  // this thread's share of the head sums (its two keys of each chunk)
+  // ldmatrix row addresses in the 128B swizzle (unit u of row r at (u ^ (r % 8)) << 4; r % 8 = lane
+  // % 8 below). K as the A operand of S^T: matrix j holds keys 16 warp + 8 (j % 2).. and dims
+  // 8 (j / 2).. of the k-step. V^T (ldmatrix.trans) as the A operand of O^T: matrix j holds keys
+  // 8 (j / 2).. of the k-step and dims 8 (j % 2).. of the m-tile.
+  uint32_t k_lane[4], v_lane[4];
+#pragma unroll
+  for (int x = 0; x < 4; ++x) {
+    k_lane[x] = (16 * warp + 8 * (j % 2) + lane % 8) * kAtomBytes + (((2 * x + j / 2) ^ (lane % 8)) << 4);
+    v_lane[x] = 2 * warp * kColBytes + (8 * (j / 2) + lane % 8) * kAtomBytes + (((2 * x + j % 2) ^ (lane % 8)) << 4);
+  }
+  // P as [head][key] bf16 rows (kPStride apart): B fragments of O^T by ldmatrix, matrix j of load y
+  // holding heads 0..7 and keys 32y + 8j..
+  const uint32_t p_lane = st.base + small_map::p + (lane % 8) * kPStride + j * 16;
+  uint8_t* pbuf = st.smem + small_map::p;
+  float* red_max = reinterpret_cast<float*>(st.smem + small_map::red_max);
+  const int key0 = 16 * warp + g;  // this thread's keys: key0 and key0 + 8
+  int i = 0;
+  for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
+    const int b = i & 1;
+    const int li = walk.list_of(c);
+    const uint32_t kbuf = st.base + small_map::k + b * kOperandBytes;
+    mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
+    if (tid == 0) trace::chunk(i, trace::kWg0Full);
+    // S^T over 512 dims: 32 k-steps in four independent mma chains.
+    constexpr int kChains = 4;
+    float sc[kChains][4];
+#pragma unroll
+    for (int ch = 0; ch < kChains; ++ch)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sc[ch][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+      uint32_t a[4];
+      ldmatrix_x4(a, kbuf + (ks / 4) * kColBytes + k_lane[ks % 4]);
+      mma_bf16(sc[ks % kChains], a, qf[ks][0], qf[ks][1]);
+    }
+    float s[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[e] = (sc[0][e] + sc[1][e]) + (sc[2][e] + sc[3][e]);
+    if (tid == 0) trace::chunk_after(i, trace::kWg0Qk, __float_as_uint(s[0]), smem_addr(st.smem + small_map::counts + 8));
+    // Online softmax (base 2) per head; the logits stay unscaled until the exponent (scl > 0). A
+    // head's maximum: this thread's two keys, the warp's eight key lanes g, then the four warps.
+    const float scl = p.logit_scale_log2[li];
+    const float vs = kValueScale ? p.value_scale[li] : 1.0f;
+    const uint32_t* valid = reinterpret_cast<const uint32_t*>(st.smem + small_map::valid) + b * kKeys;
+    const bool ok0 = valid[key0] != 0;
+    const bool ok1 = valid[key0 + 8] != 0;
+    float mx[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      s[e] = ok0 ? s[e] : -INFINITY;
+      s[2 + e] = ok1 ? s[2 + e] : -INFINITY;
+      mx[e] = fmaxf(s[e], s[2 + e]);
+#pragma unroll
+      for (int x = 4; x < 32; x *= 2) mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], x));
+    }
+    if (g == 0) *reinterpret_cast<float2*>(red_max + warp * kMaxRows + 2 * tig) = make_float2(mx[0], mx[1]);
+    named_sync(kBarMax, 128);
+    float alpha[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int hd = 2 * tig + e;
+      const float m_chunk = fmaxf(fmaxf(red_max[hd], red_max[kMaxRows + hd]),
+                                  fmaxf(red_max[2 * kMaxRows + hd], red_max[3 * kMaxRows + hd]));
+      const float m_new = fmaxf(m_run[e], m_chunk * scl);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      alpha[e] = exp2_ftz(m_run[e] - m_use);
+      m_run[e] = m_new;
+      const float p0 = exp2_ftz(fmaf(s[e], scl, -m_use));
+      const float p1 = exp2_ftz(fmaf(s[2 + e], scl, -m_use));
+      l_run[e] = l_run[e] * alpha[e] + (p0 + p1);
+      __nv_bfloat16* prow = reinterpret_cast<__nv_bfloat16*>(pbuf + hd * kPStride);
+      prow[key0] = __float2bfloat16_rn(p0 * vs);
+      prow[key0 + 8] = __float2bfloat16_rn(p1 * vs);
+    }
+    named_sync(kBarP, 128);
+    if (tid == 0) trace::chunk(i, trace::kWg0P);
+    // O^T = alpha O^T + V^T P^T: 4 k-steps of 16 keys x 8 m-tiles of 16 dims.
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt) {
+      o[mt][0] *= alpha[0];
+      o[mt][1] *= alpha[1];
+      o[mt][2] *= alpha[0];
+      o[mt][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int y = 0; y < kKeys / 32; ++y) {
+      uint32_t pf[4];
+      ldmatrix_x4(pf, p_lane + y * 64);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int kk = 2 * y + h;
+#pragma unroll
+        for (int mt = 0; mt < 8; ++mt) {
+          uint32_t va[4];
+          ldmatrix_x4_trans(va, kbuf + (mt / 4) * kColBytes + kk * 16 * kAtomBytes + v_lane[mt % 4]);
+          mma_bf16(o[mt], va, pf[2 * h], pf[2 * h + 1]);
+        }
+      }
+    }
+    mbar_arrive(st.empty_bar + 8 * b);  // this thread's reads of buffer b and its flags are done
+    if (tid == 0) trace::chunk_after(i, trace::kWg0Pv, __float_as_uint(o[7][3]), smem_addr(st.smem + small_map::counts + 8));
+  }
+  if (tid == 0) trace_loop_end(i);
+
+  // Head sums: the warp's lanes g, then the four warps (every thread's m_run of a head is the same).
+  float* red_sum = reinterpret_cast<float*>(st.smem + small_map::red_sum);
+#pragma unroll
+  for (int e = 0; e < 2; ++e)
+#pragma unroll
+    for (int x = 4; x < 32; x *= 2) l_run[e] += __shfl_xor_sync(0xffffffffu, l_run[e], x);
+  if (g == 0) *reinterpret_cast<float2*>(red_sum + warp * kMaxRows + 2 * tig) = make_float2(l_run[0], l_run[1]);
+  named_sync(kBarSum, 128);
+  const float* sink = reinterpret_cast<const float*>(st.smem + small_map::sink);
+  const int rows = min(8, p.num_heads - st.head0);
+  const int64_t t = st.t;
+  float lsum[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int hd = 2 * tig + e;
+    lsum[e] = (red_sum[hd] + red_sum[kMaxRows + hd]) + (red_sum[2 * kMaxRows + hd] + red_sum[3 * kMaxRows + hd]);
+  }
+  if (p.num_splits == 1) {
+    // O^T * factor as bf16 into staging rows [head][dim] over the Q tile (Q is in registers), then
+    // whole rows out.
+    uint8_t* stage = st.smem + small_map::q;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int hd = 2 * tig + e;
+      const float factor = row_output_factor_sink(sink[hd], m_run[e], lsum[e]);
+      __nv_bfloat16* srow = reinterpret_cast<__nv_bfloat16*>(stage + hd * kStageStride) + 128 * warp + g;
+#pragma unroll
+      for (int mt = 0; mt < 8; ++mt) {
+        srow[16 * mt] = __float2bfloat16_rn(o[mt][e] * factor);
+        srow[16 * mt + 8] = __float2bfloat16_rn(o[mt][2 + e] * factor);
+      }
+      if (warp == 0 && g == 0 && hd < rows) write_row_stats(p, t, st.head0 + hd, m_run[e], lsum[e]);
+    }
+    named_sync(kBarStage, 128);
+    store_staged_rows(p, st, stage, rows, tid);
+  } else {
+    // Unnormalised O rows in the partials' unit map (partial_unit_lane), as the wgmma consumer.
+    const int64_t pbase = (t * p.num_splits + st.split) * p.num_heads + st.head0;
+    const int unit_pos = 4 * partial_unit_lane(g / 2) + g % 2;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int hd = 2 * tig + e;
+      if (hd >= rows) continue;
+      float* po = p.partial_o + (pbase + hd) * kHeadDim + 128 * warp + unit_pos;
+#pragma unroll
+      for (int mt = 0; mt < 8; ++mt) {
+        po[16 * mt] = o[mt][e];
+        po[16 * mt + 2] = o[mt][2 + e];
+      }
+      if (warp == 0 && g == 0) {
+        float* pml = p.partial_ml + (pbase + hd) * 2;
+        pml[0] = m_run[e];
+        pml[1] = lsum[e];
+      }
+    }
+  }
+}
+
 // Byte offset of unit `unit` (8 dims) of Q row (head) `row` in the 32-row swizzled tile.
 __device__ __forceinline__ uint32_t q_tile_offset(int row, int unit) {
   return static_cast<uint32_t>((unit >> 3) * (kMaxRows * kAtomBytes) + row * kAtomBytes + (((unit & 7) ^ (row & 7)) << 4));
@@ -587,11 +787,13 @@ struct small_regs {
 
 // MT: 16-head tiles per CTA (NH = 16 MT heads). kStaged: FP8 rows gathered by the bulk-copy engine
 // into a raw stage (producer_stage; small_staged_applies), else loaded by the producers
-// (producer_convert).
-template <uint32_t L, int MT, bool kStaged>
+// (producer_convert). kH8: a 16-head tile's CTA serving at most 8 heads with small_consumer_h8
+// (attention_params::small_heads8).
+template <uint32_t L, int MT, bool kStaged, bool kH8 = false>
 __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(const __grid_constant__ attention_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!kStaged || small_staged_applies(MT, L), "staged rows: FP8 layouts (32-head tiles: 584 B)");
+  static_assert(!kH8 || MT == 1, "8-head CTAs use the 16-head tile's shared memory");
   constexpr int NH = 16 * MT;
   extern __shared__ uint8_t smem_raw[];
   cta_state st{};
@@ -644,7 +846,9 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     named_sync(kBarSum, 128);  // Q is complete (the barrier is free until the end of the loop)
     if (tid == 0) trace::header(trace::kQReady);
     constexpr bool kValueScale = L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
-    if constexpr (MT == 1) {
+    if constexpr (kH8) {
+      small_consumer_h8<kValueScale>(p, st, walk, tid);
+    } else if constexpr (MT == 1) {
       small_consumer_mma<kValueScale>(p, st, walk, tid);
     } else {
       small_consumer_wgmma<kValueScale>(p, st, walk, tid);
@@ -668,10 +872,10 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-template <uint32_t L, int MT, bool kStaged>
+template <uint32_t L, int MT, bool kStaged, bool kH8 = false>
 cudaError_t configure_small() {
-  return cudaFuncSetAttribute(attention_sm90_small_kernel<L, MT, kStaged>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(small_smem_bytes<MT>(kStaged)));
+  return cudaFuncSetAttribute(attention_sm90_small_kernel<L, MT, kStaged, kH8>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(small_smem_bytes<MT>(kStaged)));
 }
 
 template <uint32_t L>
@@ -683,9 +887,13 @@ cudaError_t launch_small(const attention_params& p, const cudaLaunchConfig_t& cf
     return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 2, false>, p);
   }
   if constexpr (small_staged_applies(1, L)) {
-    if (p.small_staged != 0) return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, true>, p);
+    if (p.small_staged != 0) {
+      return p.small_heads8 != 0 ? cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, true, true>, p)
+                                 : cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, true>, p);
+    }
   }
-  return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, false>, p);
+  return p.small_heads8 != 0 ? cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, false, true>, p)
+                             : cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, false>, p);
 }
 
 }  // namespace
@@ -708,9 +916,11 @@ cudaError_t attention_sm90_small_configure() {
   return for_each_sm90_layout([](auto l) {
     constexpr uint32_t L = decltype(l)::value;
     cudaError_t err = configure_small<L, 1, false>();
+    if (err == cudaSuccess) err = configure_small<L, 1, false, true>();
     if (err == cudaSuccess) err = configure_small<L, 2, false>();
     if constexpr (small_staged_applies(1, L)) {
       if (err == cudaSuccess) err = configure_small<L, 1, true>();
+      if (err == cudaSuccess) err = configure_small<L, 1, true, true>();
     }
     if constexpr (small_staged_applies(2, L)) {
       if (err == cudaSuccess) err = configure_small<L, 2, true>();
@@ -722,6 +932,7 @@ cudaError_t attention_sm90_small_configure() {
 cudaError_t attention_sm90_small_launch(const attention_params& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return cudaSuccess;
   if (p.head_tiles < 1 || p.head_tiles > 2) return cudaErrorInvalidValue;
+  if (p.small_heads8 != 0 && (p.head_tiles != 1 || p.num_heads > 8)) return cudaErrorInvalidValue;
   const size_t smem = attention_sm90_small_smem_bytes(p.head_tiles, p.cache[0].layout, p.small_staged != 0);
   const cudaLaunchConfig_t cfg = cta_grid_config(p, kSmallThreads, smem, stream);
   const cudaError_t err =

@@ -60,6 +60,7 @@ struct attention_params {
   int32_t persistent_forced;  // persistent CTAs for uneven items too (DSV4_CUDA_PERSISTENT tests)
   int32_t stream_rows;        // Hopper producers: rows are mostly read once, evicted first from L2
   int32_t small_staged;       // small-head kernel: FP8 rows staged by the bulk-copy engine where it can
+  int32_t small_heads8;       // small-head kernel, 1..8 heads on a 16-head tile: the 8-head consumer
   dsv4_mod_token_view q;
   dsv4_mod_token_view out;
   dsv4_mod_token_view lse;

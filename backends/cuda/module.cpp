@@ -100,6 +100,7 @@ struct tiling {
   bool persistent_forced = false;  // DSV4_CUDA_PERSISTENT=n: persistent CTAs whatever the lengths
   bool sm90_small = false;      // the Hopper kernel for 1..32 heads (attention_sm90_small.cu)
   bool small_staged = false;    // its FP8 rows staged by the bulk-copy engine (small_staged_applies)
+  bool small_heads8 = false;    // its 16-head tile serves 1..8 heads with the 8-head consumer
 };
 
 struct plan {
@@ -347,6 +348,9 @@ dsv4_status size_plan(plan* p) {
   // producers' loads instead of the bulk-copy engine.
   const char* stage_env = host_env("DSV4_CUDA_SMALL_STAGE");
   const bool stage_ok = !(stage_env != nullptr && std::strcmp(stage_env, "0") == 0);
+  // DSV4_CUDA_SMALL_H8=0 (A/B runs, tests) keeps 1..8 heads on the 16-head tile's consumer.
+  const char* h8_env = host_env("DSV4_CUDA_SMALL_H8");
+  const bool h8_ok = !(h8_env != nullptr && std::strcmp(h8_env, "0") == 0);
   auto small_tiling = [&](tiling* t, int tile_rows, double chunk_cost, double cta_cost) {
     const cudaError_t cerr = attention_sm90_small_configure();
     if (cerr != cudaSuccess) return cuda_fail(cerr, "plan: cudaFuncSetAttribute (sm90 small)");
@@ -355,6 +359,7 @@ dsv4_status size_plan(plan* p) {
     t->small_staged = stage_ok && small_staged_applies(t->head_tiles, layout) &&
                       attention_sm90_small_smem_bytes(t->head_tiles, layout, true) <= p->ctx->smem_optin;
     t->smem_bytes = attention_sm90_small_smem_bytes(t->head_tiles, layout, t->small_staged);
+    t->small_heads8 = h8_ok && tile_rows == kMmaRows && o.num_heads <= kMmaRows / 2;
     t->ctas_per_sm = 1;
     t->chunk_cost = chunk_cost;
     t->cta_cost = cta_cost;
@@ -416,7 +421,10 @@ dsv4_status size_plan(plan* p) {
   // The caller's workspace need not be aligned: keep room to align its start to kAlign.
   if (p->workspace_bytes > 0) p->workspace_bytes += kAlign;
   const char* kind = p->sm90.sm90 ? "wgmma" : p->sm90.sm90_small ? "sm90-mma" : "mma";
-  const int tile_heads = p->sm90.sm90 ? kSm90Heads : p->sm90.sm90_small ? p->sm90.head_tiles * kMmaRows : tiles * kMmaRows;
+  const int tile_heads = p->sm90.sm90         ? kSm90Heads
+                         : p->sm90.small_heads8 ? kMmaRows / 2
+                         : p->sm90.sm90_small   ? p->sm90.head_tiles * kMmaRows
+                                                : tiles * kMmaRows;
   std::snprintf(p->kernel, sizeof p->kernel, "cuda-%s-bf16-h%d-k%d/%s", kind, tile_heads, chunk,
                 o.mode == DSV4_MODE_PAGED ? "paged" : "explicit");
   return DSV4_STATUS_OK;
@@ -475,6 +483,7 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   a.aligned16 = caches_aligned ? 1 : 0;
   a.stream_rows = rows_read_once(run.num_tokens, a.seq_q, p.width, a.cache) ? 1 : 0;
   a.small_staged = tl.sm90_small && tl.small_staged ? 1 : 0;
+  a.small_heads8 = tl.sm90_small && tl.small_heads8 ? 1 : 0;
   const float q_scale = a.q_is_fp8 ? o.q_scale : 1.0f;
   for (int i = 0; i < 2; ++i) {
     a.value_scale[i] = cache_value_scale(a.cache[i]);

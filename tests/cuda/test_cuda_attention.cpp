@@ -48,6 +48,7 @@ struct explicit_case {
   bool small_chunk = false;     // DSV4_CUDA_CHUNK=32: the variant for GPUs with little shared memory
   const char* kernel = nullptr;  // DSV4_CUDA_KERNEL: "mma" keeps Hopper on the mma.sync kernel
   bool row_loads = false;        // DSV4_CUDA_SMALL_STAGE=0: small-head FP8 rows by the producers' loads
+  bool no_heads8 = false;        // DSV4_CUDA_SMALL_H8=0: 1..8 heads on the 16-head tile's consumer
   bool special_rows = false;     // host_cache::add_special_rows (extreme scales, NaN bytes)
   int q_pad = 0;                 // elements after each (token, head) q row: a strided q view
   int max_splits = 0;            // DSV4_CUDA_MAX_SPLITS (0: the planner's choice)
@@ -476,6 +477,7 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
     if (c.small_chunk) env.set("DSV4_CUDA_CHUNK", "32");
     if (c.kernel != nullptr) env.set("DSV4_CUDA_KERNEL", c.kernel);
     if (c.row_loads) env.set("DSV4_CUDA_SMALL_STAGE", "0");
+    if (c.no_heads8) env.set("DSV4_CUDA_SMALL_H8", "0");
     if (c.max_splits > 0) env.set("DSV4_CUDA_MAX_SPLITS", std::to_string(c.max_splits));
     if (c.persistent >= 0) env.set("DSV4_CUDA_PERSISTENT", std::to_string(c.persistent));
     plan_ptr = std::make_unique<plan_holder>(m.iface, ctx, P.options);
@@ -1167,6 +1169,11 @@ std::vector<explicit_case> explicit_cases() {
       d.name = "sm90s-loads-v4-h8";
       d.row_loads = true;
       add(d);
+      // 1..8 heads run the 8-head consumer; the 16-head tile's consumer stays covered for them.
+      d.name = "sm90s-h16-consumer-v4-h8";
+      d.row_loads = false;
+      d.no_heads8 = true;
+      add(d);
       c.name = "mma-v4-h8";
       c.kernel = "mma";
       add(c);
@@ -1237,6 +1244,15 @@ std::vector<explicit_case> explicit_cases() {
     c.batch = 9;
     c.topk = 64;
     c.extra_topk = 257;
+    add(c);
+    // The 8-head consumer behind the bf16 producers' copies, with splits (two tokens) and odd blocks.
+    c.name = "sm90s-bf16-h6-b1-splits";
+    c.heads = 6;
+    c.seq_q = 2;
+    c.batch = 1;
+    c.topk = 333;
+    c.block = 29;
+    c.extra_block = 5;
     add(c);
   }
   {
