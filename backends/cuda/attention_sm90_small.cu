@@ -14,6 +14,9 @@
 //       (producer_stage; H200, 8 heads b=64: 36.8 -> 31.9 us). A 32-head tile's stage holds the FP8
 //       bytes only, its rope goes by cp.async (with P^T by stmatrix, 32 heads b=64: 43.2 -> 37.6 us).
 //   WG0 (consumer, warps w = 0..3), by tile width:
+//     8 heads (1..8 heads on a 16-head tile's CTA; mma.sync, transposed: small_consumer_h8):
+//       S^T = K Q^T for keys 16w..16w+15 with Q^T in registers, O^T[128w..128w+127] += V^T P^T. Half
+//       the mma and no Q reads per chunk (H200, 8 heads b=64: 30.9-31.1 -> 29.1-29.3 us).
 //     16 heads (mma.sync): S = Q K^T for keys 16w..16w+15 of the chunk and every head (m16n8k16,
 //       operands by ldmatrix); the chunk's row maxima meet in shared memory; P (bf16) to shared
 //       memory; O[:, 128w..128w+127] += P V (V: the same buffer, ldmatrix.trans).
