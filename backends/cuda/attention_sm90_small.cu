@@ -33,6 +33,8 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include <type_traits>
+
 #include "common/codec.h"
 #include "common/index.h"
 #include "common/layout.h"
@@ -889,14 +891,16 @@ cudaError_t launch_small(const attention_params& p, const cudaLaunchConfig_t& cf
     }
     return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 2, false>, p);
   }
+  // 16-head tiles: the 8-head consumer where the plan asks for it.
+  auto tile16 = [&](auto staged) {
+    constexpr bool kStaged = decltype(staged)::value;
+    return p.small_heads8 != 0 ? cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, kStaged, true>, p)
+                               : cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, kStaged>, p);
+  };
   if constexpr (small_staged_applies(1, L)) {
-    if (p.small_staged != 0) {
-      return p.small_heads8 != 0 ? cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, true, true>, p)
-                                 : cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, true>, p);
-    }
+    if (p.small_staged != 0) return tile16(std::true_type{});
   }
-  return p.small_heads8 != 0 ? cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, false, true>, p)
-                             : cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, false>, p);
+  return tile16(std::false_type{});
 }
 
 }  // namespace

@@ -29,6 +29,11 @@ const dsv4_host_services* g_host = nullptr;
 const char* host_env(const char* name) {
   return g_host != nullptr && g_host->get_env != nullptr ? g_host->get_env(name) : nullptr;
 }
+// Whether a knob that is on by default is turned off (set to "0").
+bool host_env_off(const char* name) {
+  const char* v = host_env(name);
+  return v != nullptr && std::strcmp(v, "0") == 0;
+}
 
 dsv4_status fail(dsv4_status status, const char* format, ...) __attribute__((format(printf, 2, 3)));
 dsv4_status fail(dsv4_status status, const char* format, ...) {
@@ -346,11 +351,9 @@ dsv4_status size_plan(plan* p) {
                         attention_sm90_small_compiled();
   // DSV4_CUDA_SMALL_STAGE=0 (A/B runs, tests) keeps the small-head kernel's FP8 rows on the
   // producers' loads instead of the bulk-copy engine.
-  const char* stage_env = host_env("DSV4_CUDA_SMALL_STAGE");
-  const bool stage_ok = !(stage_env != nullptr && std::strcmp(stage_env, "0") == 0);
+  const bool stage_ok = !host_env_off("DSV4_CUDA_SMALL_STAGE");
   // DSV4_CUDA_SMALL_H8=0 (A/B runs, tests) keeps 1..8 heads on the 16-head tile's consumer.
-  const char* h8_env = host_env("DSV4_CUDA_SMALL_H8");
-  const bool h8_ok = !(h8_env != nullptr && std::strcmp(h8_env, "0") == 0);
+  const bool h8_ok = !host_env_off("DSV4_CUDA_SMALL_H8");
   auto small_tiling = [&](tiling* t, int tile_rows, double chunk_cost, double cta_cost) {
     const cudaError_t cerr = attention_sm90_small_configure();
     if (cerr != cudaSuccess) return cuda_fail(cerr, "plan: cudaFuncSetAttribute (sm90 small)");
