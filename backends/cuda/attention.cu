@@ -624,11 +624,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
                            o[j][n + 1][2 * half + 1]);
       }
     }
-    if (tid < HT && head0 + tid < p.num_heads) {
-      float* pml = p.partial_ml + (base + head0 + tid) * 2;
-      pml[0] = m_s[tid];
-      pml[1] = l_s[tid];
-    }
+    if (tid < HT && head0 + tid < p.num_heads) store_split_stats(p, base + head0 + tid, m_s[tid], l_s[tid]);
   }
 }
 

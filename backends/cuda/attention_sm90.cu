@@ -173,13 +173,6 @@ __device__ __forceinline__ void quad_transpose(uint32_t* v, int tig) {
   }
 }
 
-// A split's final row max and sum (the combine's weights) for partial row `row`.
-__device__ __forceinline__ void store_split_stats(const attention_params& p, int64_t row, float m, float l) {
-  float* pml = p.partial_ml + row * 2;
-  pml[0] = m;
-  pml[1] = l;
-}
-
 // Normalises (sink) and writes this warpgroup's half of O, or its split partials. WG0 has
 // published the item's final row max, sum and factors in fin_rows(k) before the barrier.
 // kStaged: O goes through this warpgroup's half of the Q tile (no longer read once both

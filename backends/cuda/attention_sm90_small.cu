@@ -295,6 +295,7 @@ __device__ __forceinline__ void small_consumer_mma(const attention_params& p, co
       if (tig == 0) red_sum[warp * kMaxRows + 16 * mt + g + 8 * h] = l;
     }
   named_sync(kBarSum, 128);
+  auto row_sum = [&](int r) { return red_sum[r] + red_sum[kMaxRows + r] + red_sum[2 * kMaxRows + r] + red_sum[3 * kMaxRows + r]; };
   const float* sink = reinterpret_cast<const float*>(st.smem + small_map::sink);
   const int rows = min(16 * MT, p.num_heads - st.head0);
   const int64_t t = st.t;
@@ -306,7 +307,7 @@ __device__ __forceinline__ void small_consumer_mma(const attention_params& p, co
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = 16 * mt + g + 8 * h;
-        const float l = red_sum[r] + red_sum[kMaxRows + r] + red_sum[2 * kMaxRows + r] + red_sum[3 * kMaxRows + r];
+        const float l = row_sum(r);
         const float factor = row_output_factor_sink(sink[r], m_run[mt][h], l);
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
@@ -331,11 +332,7 @@ __device__ __forceinline__ void small_consumer_mma(const attention_params& p, co
           store_partial_pair(po, 8 * n, tig, o[mt][n][2 * h], o[mt][n][2 * h + 1], o[mt][n + 1][2 * h],
                              o[mt][n + 1][2 * h + 1]);
         }
-        if (warp == 0 && tig == 0) {
-          float* pml = p.partial_ml + (pbase + r) * 2;
-          pml[0] = m_run[mt][h];
-          pml[1] = red_sum[r] + red_sum[kMaxRows + r] + red_sum[2 * kMaxRows + r] + red_sum[3 * kMaxRows + r];
-        }
+        if (warp == 0 && tig == 0) store_split_stats(p, pbase + r, m_run[mt][h], row_sum(r));
       }
   }
 }
@@ -531,11 +528,7 @@ __device__ __forceinline__ void small_consumer_h8(const attention_params& p, con
         po[16 * mt] = o[mt][e];
         po[16 * mt + 2] = o[mt][2 + e];
       }
-      if (warp == 0 && g == 0) {
-        float* pml = p.partial_ml + (pbase + hd) * 2;
-        pml[0] = m_run[e];
-        pml[1] = lsum[e];
-      }
+      if (warp == 0 && g == 0) store_split_stats(p, pbase + hd, m_run[e], lsum[e]);
     }
   }
 }
@@ -762,11 +755,7 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
           po[64 * mb] = o[mb][4 * j + e];
           po[64 * mb + 2] = o[mb][4 * j + 2 + e];
         }
-        if (warp == 0 && g == 0) {
-          float* pml = p.partial_ml + (pbase + hd) * 2;
-          pml[0] = m_run[j][e];
-          pml[1] = lsum[j][e];
-        }
+        if (warp == 0 && g == 0) store_split_stats(p, pbase + hd, m_run[j][e], lsum[j][e]);
       }
   }
 }
@@ -877,30 +866,44 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-template <uint32_t L, int MT, bool kStaged, bool kH8 = false>
-cudaError_t configure_small() {
-  return cudaFuncSetAttribute(attention_sm90_small_kernel<L, MT, kStaged, kH8>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(small_smem_bytes<MT>(kStaged)));
+// Calls f(kernel, MT, staged, h8) for every instantiation of the kernel over layout L, until one
+// fails: the one list that configuring (all) and launching (the plan's) both walk.
+template <uint32_t L, class F>
+cudaError_t for_each_small_kernel(F&& f) {
+  auto tile = [&](auto mt, auto staged) {
+    constexpr int MT = decltype(mt)::value;
+    constexpr bool kStaged = decltype(staged)::value;
+    cudaError_t err = f(attention_sm90_small_kernel<L, MT, kStaged>, MT, kStaged, false);
+    if constexpr (MT == 1) {
+      if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, 1, kStaged, true>, 1, kStaged, true);
+    }
+    return err;
+  };
+  using one = std::integral_constant<int, 1>;
+  using two = std::integral_constant<int, 2>;
+  cudaError_t err = tile(one{}, std::false_type{});
+  if (err == cudaSuccess) err = tile(two{}, std::false_type{});
+  if constexpr (small_staged_applies(1, L)) {
+    if (err == cudaSuccess) err = tile(one{}, std::true_type{});
+  }
+  if constexpr (small_staged_applies(2, L)) {
+    if (err == cudaSuccess) err = tile(two{}, std::true_type{});
+  }
+  return err;
 }
 
+// The plan's kernel: its tile width, staged rows where they apply, the 8-head consumer if asked.
 template <uint32_t L>
 cudaError_t launch_small(const attention_params& p, const cudaLaunchConfig_t& cfg) {
-  if (p.head_tiles == 2) {
-    if constexpr (small_staged_applies(2, L)) {
-      if (p.small_staged != 0) return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 2, true>, p);
-    }
-    return cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 2, false>, p);
-  }
-  // 16-head tiles: the 8-head consumer where the plan asks for it.
-  auto tile16 = [&](auto staged) {
-    constexpr bool kStaged = decltype(staged)::value;
-    return p.small_heads8 != 0 ? cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, kStaged, true>, p)
-                               : cudaLaunchKernelEx(&cfg, attention_sm90_small_kernel<L, 1, kStaged>, p);
-  };
-  if constexpr (small_staged_applies(1, L)) {
-    if (p.small_staged != 0) return tile16(std::true_type{});
-  }
-  return tile16(std::false_type{});
+  const bool staged = p.small_staged != 0 && small_staged_applies(p.head_tiles, L);
+  const bool h8 = p.small_heads8 != 0;
+  bool launched = false;
+  const cudaError_t err = for_each_small_kernel<L>([&](auto kernel, int mt, bool s, bool k8) {
+    if (launched || mt != p.head_tiles || s != staged || k8 != h8) return cudaSuccess;
+    launched = true;
+    return cudaLaunchKernelEx(&cfg, kernel, p);
+  });
+  return err != cudaSuccess ? err : launched ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 }  // namespace
@@ -922,17 +925,10 @@ cudaError_t attention_sm90_small_configure() {
 #endif
   return for_each_sm90_layout([](auto l) {
     constexpr uint32_t L = decltype(l)::value;
-    cudaError_t err = configure_small<L, 1, false>();
-    if (err == cudaSuccess) err = configure_small<L, 1, false, true>();
-    if (err == cudaSuccess) err = configure_small<L, 2, false>();
-    if constexpr (small_staged_applies(1, L)) {
-      if (err == cudaSuccess) err = configure_small<L, 1, true>();
-      if (err == cudaSuccess) err = configure_small<L, 1, true, true>();
-    }
-    if constexpr (small_staged_applies(2, L)) {
-      if (err == cudaSuccess) err = configure_small<L, 2, true>();
-    }
-    return err;
+    return for_each_small_kernel<L>([](auto kernel, int mt, bool staged, bool) {
+      return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(attention_sm90_small_smem_bytes(mt, L, staged)));
+    });
   });
 }
 

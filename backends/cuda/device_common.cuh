@@ -257,6 +257,13 @@ __device__ __forceinline__ float split_weight(float ms, float ls, float m_use) {
   return ls == 0.0f ? -1.0f : exp2_ftz(ms - m_use);
 }
 
+// A split's final row max and sum (the combine's weights) for partial row `row`.
+__device__ __forceinline__ void store_split_stats(const attention_params& p, int64_t row, float m, float l) {
+  float* pml = p.partial_ml + row * 2;
+  pml[0] = m;
+  pml[1] = l;
+}
+
 // lse and max_logits of (t, h) when requested (empty row: +inf / -inf).
 __device__ __forceinline__ void write_row_stats(const attention_params& p, int64_t t, int h, float m, float l) {
   const bool empty = l == 0.0f;
