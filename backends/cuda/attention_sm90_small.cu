@@ -95,6 +95,14 @@ constexpr int kBarP = 2;      // every warp's P is stored
 constexpr int kBarSum = 3;    // every warp's sums are stored (and its last Q K^T is done)
 constexpr int kBarStage = 4;  // the output staging is complete
 
+// Row r of a [warp][row] exchange buffer (red_max / red_sum of the mma.sync consumers, kMaxRows
+// per warp) combined over the four consumer warps, pairs first.
+template <class Op>
+__device__ __forceinline__ float over_warps(const float* red, int r, Op op) {
+  return op(op(red[r], red[kMaxRows + r]), op(red[2 * kMaxRows + r], red[3 * kMaxRows + r]));
+}
+__device__ __forceinline__ float fmax_op(float a, float b) { return fmaxf(a, b); }
+
 // Trace builds: the consumer's loop is over after `chunks` chunks.
 __device__ __forceinline__ void trace_loop_end([[maybe_unused]] int chunks) {
   trace::header(trace::kWg0Epi);
@@ -232,8 +240,7 @@ __device__ __forceinline__ void small_consumer_mma(const attention_params& p, co
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = 16 * mt + g + 8 * h;
-        const float m_chunk = fmaxf(fmaxf(red_max[r], red_max[kMaxRows + r]),
-                                    fmaxf(red_max[2 * kMaxRows + r], red_max[3 * kMaxRows + r]));
+        const float m_chunk = over_warps(red_max, r, fmax_op);
         const float m_new = fmaxf(m_run[mt][h], m_chunk);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
         alpha[mt][h] = exp2_ftz(m_run[mt][h] - m_use);
@@ -295,6 +302,7 @@ __device__ __forceinline__ void small_consumer_mma(const attention_params& p, co
       if (tig == 0) red_sum[warp * kMaxRows + 16 * mt + g + 8 * h] = l;
     }
   named_sync(kBarSum, 128);
+  // In warp order (over_warps adds pairs first): the sums these tiles have always had.
   auto row_sum = [&](int r) { return red_sum[r] + red_sum[kMaxRows + r] + red_sum[2 * kMaxRows + r] + red_sum[3 * kMaxRows + r]; };
   const float* sink = reinterpret_cast<const float*>(st.smem + small_map::sink);
   const int rows = min(16 * MT, p.num_heads - st.head0);
@@ -436,8 +444,7 @@ __device__ __forceinline__ void small_consumer_h8(const attention_params& p, con
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int hd = 2 * tig + e;
-      const float m_chunk = fmaxf(fmaxf(red_max[hd], red_max[kMaxRows + hd]),
-                                  fmaxf(red_max[2 * kMaxRows + hd], red_max[3 * kMaxRows + hd]));
+      const float m_chunk = over_warps(red_max, hd, fmax_op);
       const float m_new = fmaxf(m_run[e], m_chunk * scl);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
       alpha[e] = exp2_ftz(m_run[e] - m_use);
@@ -494,7 +501,7 @@ __device__ __forceinline__ void small_consumer_h8(const attention_params& p, con
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     const int hd = 2 * tig + e;
-    lsum[e] = (red_sum[hd] + red_sum[kMaxRows + hd]) + (red_sum[2 * kMaxRows + hd] + red_sum[3 * kMaxRows + hd]);
+    lsum[e] = over_warps(red_sum, hd, [](float a, float b) { return a + b; });
   }
   if (p.num_splits == 1) {
     // O^T * factor as bf16 into staging rows [head][dim] over the Q tile (Q is in registers), then
