@@ -103,6 +103,15 @@ __device__ __forceinline__ float over_warps(const float* red, int r, Op op) {
 }
 __device__ __forceinline__ float fmax_op(float a, float b) { return fmaxf(a, b); }
 
+// Waits until the consumer's chunk i is in its K buffer (i % 2, the full barrier's phase (i / 2) % 2)
+// and returns that buffer's shared-window address: every consumer's side of the hand-over.
+__device__ __forceinline__ uint32_t wait_for_chunk(const cta_state& st, int i, int tid) {
+  const int b = i & 1;
+  mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
+  if (tid == 0) trace::chunk(i, trace::kWg0Full);
+  return st.base + small_map::k + b * kOperandBytes;
+}
+
 // Trace builds: the consumer's loop is over after `chunks` chunks.
 __device__ __forceinline__ void trace_loop_end([[maybe_unused]] int chunks) {
   trace::header(trace::kWg0Epi);
@@ -168,9 +177,7 @@ __device__ __forceinline__ void small_consumer_mma(const attention_params& p, co
   for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
     const int b = i & 1;
     const int li = walk.list_of(c);
-    const uint32_t kbuf = st.base + small_map::k + b * kOperandBytes;
-    mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
-    if (tid == 0) trace::chunk(i, trace::kWg0Full);
+    const uint32_t kbuf = wait_for_chunk(st, i, tid);
     // S = Q K^T: 32 k-steps of 16 dims; s[mt][nt]: keys 16 warp + 8 nt + 2 tig + {0, 1}, rows g / g + 8.
     // Even and odd k-steps accumulate apart (four dependent mma chains, not two).
     constexpr int kChains = 2;
@@ -402,9 +409,7 @@ __device__ __forceinline__ void small_consumer_h8(const attention_params& p, con
   for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
     const int b = i & 1;
     const int li = walk.list_of(c);
-    const uint32_t kbuf = st.base + small_map::k + b * kOperandBytes;
-    mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
-    if (tid == 0) trace::chunk(i, trace::kWg0Full);
+    const uint32_t kbuf = wait_for_chunk(st, i, tid);
     // S^T over 512 dims: 32 k-steps in four independent mma chains.
     constexpr int kChains = 4;
     float sc[kChains][4];
@@ -603,11 +608,9 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
   for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
     const int b = i & 1;
     const int li = walk.list_of(c);
-    const uint32_t kaddr = st.base + small_map::k + b * kOperandBytes;
+    const uint32_t kaddr = wait_for_chunk(st, i, tid);
     const uint32_t k_desc = desc_lo(kaddr, 16);          // K-major (S^T = K Q^T)
     const uint32_t v_desc = desc_lo(kaddr, kColBytes);   // MN-major (O^T = V^T P^T)
-    mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
-    if (tid == 0) trace::chunk(i, trace::kWg0Full);
     // S^T = K Q^T over 512 dims: 32 k-steps of 16 (4 per 64-dim column, 32 bytes apart).
     float s[NACC];
     wgmma_fence_operands16(s);
