@@ -999,6 +999,8 @@ std::vector<explicit_case> explicit_cases() {
     };
     split_case("sm90-splits3-v4-h40", 3, 40, [](explicit_case&) {});
     split_case("sm90-splits15-v4-h96", 15, 96, [](explicit_case& d) { d.special_rows = true; });
+    // An odd head count on the small-head kernel, merged by the general merge (more than 12 splits).
+    split_case("sm90-splits15-v4-h13", 15, 13, [](explicit_case& d) { d.special_rows = true; });
     split_case("sm90-splits5-bf16-h128", 5, 128, [](explicit_case& d) {
       d.layout = d.extra_layout = DSV4_KV_LAYOUT_BF16;
       d.graph = true;
