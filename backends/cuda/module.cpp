@@ -135,6 +135,7 @@ struct plan {
   size_t partial_rows = 0;      // (token, split) rows of partials the workspace holds
   size_t workspace_bytes = 0;
   int max_splits = 0;           // DSV4_CUDA_MAX_SPLITS (tuning runs): no more key splits; 0: none
+  int min_splits = 0;           // DSV4_CUDA_MIN_SPLITS (tuning runs): no fewer, where the partials fit
   char kernel[128] = {0};
 };
 
@@ -167,7 +168,8 @@ split_plan choose_splits(const plan& p, const tiling& tl, int64_t tokens) {
     if (splits > 1 && base * splits > 4 * sms) continue;    // bounds the partials' workspace
     if (p.max_splits > 0 && splits > p.max_splits) continue;
     const int64_t waves = (base * splits + sms - 1) / sms;
-    const double cost = static_cast<double>(waves) * (per + tl.cta_cost) * tl.chunk_cost + (splits > 1 ? 1.0 : 0.0);
+    double cost = static_cast<double>(waves) * (per + tl.cta_cost) * tl.chunk_cost + (splits > 1 ? 1.0 : 0.0);
+    if (splits < p.min_splits) cost += 1e200;  // only if no larger count is allowed
     if (cost < best_cost) {
       best_cost = cost;
       best = {splits, per, cost};
@@ -339,6 +341,7 @@ dsv4_status size_plan(plan* p) {
   const char* kenv = host_env("DSV4_CUDA_KERNEL");
   const char* senv = host_env("DSV4_CUDA_MAX_SPLITS");
   if (senv != nullptr) p->max_splits = std::max(0, std::atoi(senv));
+  if (const char* menv = host_env("DSV4_CUDA_MIN_SPLITS")) p->min_splits = std::max(0, std::atoi(menv));
   if (kenv != nullptr && std::strcmp(kenv, "small") == 0) p->force_sm90_narrow = 1;
   if (kenv != nullptr && std::strcmp(kenv, "wgmma") == 0) p->force_sm90_narrow = -1;
   // DSV4_CUDA_CHUNK=32 asks for the small-shared-memory mma.sync variant: no Hopper kernel either.

@@ -5,7 +5,7 @@
 // CUDA events around one dsv4 run (list build / attention / combine), L2 flushed before each rep
 // (l2_flush: a memset, as FlashMLA's benchmark does, or a read), warm-up, median of 25. Also measures
 // the device's copy bandwidth and cuBLAS bf16 GEMM rate.
-// Usage: [DSV4_BENCH_FLUSH=memset|read] bench_cuda <libdsv4-cuda.so> [filter]
+// Usage: [DSV4_BENCH_FLUSH=memset|read|none|tlb] bench_cuda <libdsv4-cuda.so> [filter] (filter: see selected)
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -34,6 +34,27 @@ struct bench_case {
   bool prefill = false;          // one scope of keys_per_scope keys shared by all T = seq_q tokens
   bool small_chunk = false;      // DSV4_CUDA_CHUNK=32 (16-head tiles, 32-key chunks, ~75 KB smem)
 };
+
+// FNV-1a of a case's name: the seed of its inputs.
+uint64_t case_seed(const std::string& name) {
+  uint64_t h = 14695981039346656037ull;
+  for (const unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+// Whether a filter selects the case `name`: '|'-separated alternatives, each selecting the names
+// that contain it, or with a trailing '$' the exact name.
+bool selected(const std::string& name, const std::string& filter) {
+  size_t from = 0;
+  for (;;) {
+    const size_t bar = filter.find('|', from);
+    const std::string alt = filter.substr(from, bar == std::string::npos ? std::string::npos : bar - from);
+    const bool exact = !alt.empty() && alt.back() == '$';
+    if (exact ? name == alt.substr(0, alt.size() - 1) : name.find(alt) != std::string::npos) return true;
+    if (bar == std::string::npos) return false;
+    from = bar + 1;
+  }
+}
 
 float median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
@@ -112,7 +133,10 @@ ceilings measure_ceilings() {
 // What is in L2 when a timed run starts. "memset" (default): a 256 MB memset, as FlashMLA's own
 // benchmark flushes (an 8 GB zero_() there); it leaves the whole L2 holding dirty lines, so the timed
 // run's misses also pay for their write-back. "read": a kernel reads a 256 MB buffer instead; the L2
-// then holds clean lines, and misses cost only their own read. DSV4_BENCH_FLUSH selects.
+// then holds clean lines, and misses cost only their own read. DSV4_BENCH_FLUSH selects. Two more
+// modes are diagnostics, not figures to report: "none" (no flush: what the previous rep left in L2),
+// and "tlb" (the memset, then one 4-byte read per 64 KB of the case's caches, which puts their
+// address translations back and next to nothing in L2: what the memset's translation misses cost).
 // The read kernel is PTX, JIT-compiled by the driver (this file is built by the host compiler).
 const char kReadPtx[] = R"(
 .version 7.0
@@ -154,6 +178,28 @@ DONE:
 END:
   ret;
 }
+.visible .entry dsv4_bench_touch(.param .u64 src, .param .u64 bytes, .param .u64 sink) {
+  .reg .pred %p<2>;
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [src];
+  ld.param.u64 %rd2, [bytes];
+  ld.param.u64 %rd3, [sink];
+  mov.u32 %r1, %ctaid.x;
+  mov.u32 %r2, %ntid.x;
+  mov.u32 %r3, %tid.x;
+  mad.lo.u32 %r4, %r1, %r2, %r3;
+  mul.wide.u32 %rd4, %r4, 65536;
+  setp.ge.u64 %p1, %rd4, %rd2;
+  @%p1 bra TDONE;
+  add.u64 %rd5, %rd1, %rd4;
+  ld.global.u32 %r5, [%rd5];
+  setp.ne.u32 %p1, %r5, 1592876781;
+  @%p1 bra TDONE;
+  st.global.u32 [%rd3], %r5;
+TDONE:
+  ret;
+}
 )";
 
 class l2_flush {
@@ -161,22 +207,36 @@ class l2_flush {
   explicit l2_flush(int sm_count) : buf_(size_t(256) << 20), sink_(4), blocks_(sm_count * 8) {
     const char* mode = std::getenv("DSV4_BENCH_FLUSH");
     read_ = mode != nullptr && std::string(mode) == "read";
-    if (mode != nullptr && !read_ && std::string(mode) != "memset") {
-      throw std::runtime_error("DSV4_BENCH_FLUSH: memset or read");
+    none_ = mode != nullptr && std::string(mode) == "none";
+    tlb_ = mode != nullptr && std::string(mode) == "tlb";
+    if (mode != nullptr && !read_ && !none_ && !tlb_ && std::string(mode) != "memset") {
+      throw std::runtime_error("DSV4_BENCH_FLUSH: memset, read, none or tlb");
     }
-    if (read_) {
+    if (read_ || tlb_) {
       CUDA_OK(cudaMemset(buf_.p, 0, buf_.bytes));  // XOR 0: the kernel never stores
       CUDA_OK(cudaLibraryLoadData(&lib_, kReadPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
       CUDA_OK(cudaLibraryGetKernel(&kernel_, lib_, "dsv4_bench_l2_read"));
+      CUDA_OK(cudaLibraryGetKernel(&touch_, lib_, "dsv4_bench_touch"));
     }
   }
   ~l2_flush() {
     if (lib_ != nullptr) cudaLibraryUnload(lib_);
   }
-  const char* name() const { return read_ ? "read" : "memset"; }
+  const char* name() const { return read_ ? "read" : none_ ? "no" : tlb_ ? "memset + translation" : "memset"; }
+  // The buffers whose translations "tlb" restores after each flush (the case's caches).
+  std::vector<const dbuf*> touched;
   void run(int rep) {
+    if (none_) return;
     if (!read_) {
       CUDA_OK(cudaMemsetAsync(buf_.p, rep & 0xff, buf_.bytes));
+      if (tlb_) {
+        for (const dbuf* d : touched) {
+          uint64_t bytes = d->bytes;
+          void* args[] = {const_cast<void**>(&d->p), &bytes, &sink_.p};
+          const unsigned blocks = static_cast<unsigned>((bytes / 65536 + 255) / 256 + 1);
+          CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(touch_), dim3(blocks), dim3(256), args, 0, nullptr));
+        }
+      }
       return;
     }
     uint64_t words = buf_.bytes / 16;
@@ -188,7 +248,10 @@ class l2_flush {
   dbuf buf_, sink_;
   int blocks_;
   bool read_ = false;
+  bool none_ = false;  // no flush: the run starts with what the previous rep left (diagnostics only)
+  bool tlb_ = false;   // memset, then the touched buffers' translations restored (diagnostics only)
   cudaLibrary_t lib_ = nullptr;
+  cudaKernel_t touch_ = nullptr;
   cudaKernel_t kernel_ = nullptr;
 };
 
@@ -328,6 +391,8 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   CUDA_OK(cudaEventCreate(&e0));
   CUDA_OK(cudaEventCreate(&e1));
   for (int i = 0; i < 3; ++i) DSV4_OK(m.iface->run(plan, &r));
+  flush.touched = {&d_main};
+  if (extra) flush.touched.push_back(&d_extra);
   std::vector<float> times;
   for (int i = 0; i < 25; ++i) {
     flush.run(i);
@@ -340,6 +405,7 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
     times.push_back(ms);
   }
   CUDA_OK(cudaGetLastError());
+  flush.touched.clear();
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   m.iface->plan_destroy(plan);
@@ -367,10 +433,12 @@ std::vector<bench_case> cases() {
                          {"CONFIG2", 128, 1024, 64, false},
                          {"CONFIG3", 64, 1024, 2, true},
                          {"CONFIG4", 128, 1024, 2, true}};
-  // FlashMLA's decode batch sizes, timed for the FP8 and the bf16 caches alike.
+  // FlashMLA's decode batch sizes, timed for the FP8 and the bf16 caches alike, and (FP8 only) the
+  // batches between them that a serving engine's decode steps mostly have.
   const int decode_batches[] = {2, 64, 128, 256};
+  const int fp8_batches[] = {2, 8, 16, 32, 64, 128, 256};
   for (const cfg& k : configs) {
-    for (int b : decode_batches) {
+    for (int b : fp8_batches) {
       bench_case c;
       c.name = std::string(k.name) + " b=" + std::to_string(b);
       c.heads = k.heads;
@@ -440,7 +508,7 @@ std::vector<bench_case> cases() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s <libdsv4-cuda.so> [filter | exact-name$]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <libdsv4-cuda.so> [filter | exact-name$ | alternative|alternative...]\n", argv[0]);
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress is visible even if a case hangs
@@ -461,14 +529,14 @@ int main(int argc, char** argv) {
     std::printf("ceilings: copy %.0f GB/s (read + write), cuBLAS bf16 GEMM 8192^3 %.0f TFLOP/s\n", ceil.copy_gbs,
                 ceil.gemm_tflops);
     l2_flush flush(prop.multiProcessorCount);
-    std::printf("L2 before each timed run: %s flush (DSV4_BENCH_FLUSH=memset|read)\n", flush.name());
+    std::printf("L2 before each timed run: %s flush (DSV4_BENCH_FLUSH=memset|read|none|tlb)\n", flush.name());
     std::printf("%-34s %10s %9s %11s %11s %8s %8s  %s\n", "case", "us", "TFLOP/s", "GB/s(FMLA)", "GB/s(gath)",
                 "%copy", "%gemm", "kernel");
-    std::mt19937_64 rng(12345);
     for (const bench_case& c : cases()) {
-      // A filter selects the cases whose name contains it; a trailing '$' asks for the exact name.
-      const bool exact = !filter.empty() && filter.back() == '$';
-      if (exact ? c.name != filter.substr(0, filter.size() - 1) : c.name.find(filter) == std::string::npos) continue;
+      if (!selected(c.name, filter)) continue;
+      // Each case draws from its own generator, seeded by its name: its inputs (the per-row lengths
+      // of CONFIG3/4 among them) are the same whichever filter selected it and whatever ran before.
+      std::mt19937_64 rng(case_seed(c.name));
       const result r = run_case(m, ctx, c, rng, flush);
       std::printf("%-34s %10.1f %9.1f %11.0f %11.0f %7.1f%% %7.1f%%  %s\n", c.name.c_str(), r.us, r.tflops,
                   r.gbs_flashmla, r.gbs_gathered, 100.0 * r.gbs_gathered / ceil.copy_gbs,
