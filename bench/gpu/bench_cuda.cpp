@@ -259,6 +259,7 @@ struct result {
   float us;
   double tflops, gbs_flashmla, gbs_gathered;
   char kernel[128];
+  std::string lengths;  // per-row extra lengths (CONFIG3/4): the chunks they make, which set the time
 };
 
 result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64& rng, l2_flush& flush) {
@@ -296,6 +297,7 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
     }
   };
   std::vector<int32_t> main_idx, extra_idx, extra_len;
+  std::string res_lengths;
   make_indices(c.topk, c.main_block, main_blocks, &main_idx);
   int64_t attended = static_cast<int64_t>(T) * c.topk;
   if (extra) {
@@ -304,6 +306,16 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
       extra_len.resize(c.batch);
       for (auto& l : extra_len) l = static_cast<int32_t>(rng() % (c.extra_topk + 1));
       for (int t = 0; t < T; ++t) attended += extra_len[t / c.seq_q];
+      int chunks_max = 0;
+      double chunks_sum = 0;
+      for (const int32_t l : extra_len) {
+        const int chunks = (c.topk + 63) / 64 + (l + 63) / 64;
+        chunks_max = std::max(chunks_max, chunks);
+        chunks_sum += chunks;
+      }
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "  [64-key chunks per row: mean %.1f, max %d]", chunks_sum / c.batch, chunks_max);
+      res_lengths = buf;
     } else {
       attended += static_cast<int64_t>(T) * c.extra_topk;
     }
@@ -336,6 +348,7 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   unsetenv("DSV4_CUDA_CHUNK");
   DSV4_OK(plan_status);
   result res{};
+  res.lengths = res_lengths;
   DSV4_OK(m.iface->plan_get_kernel_name(plan, res.kernel, sizeof res.kernel));
   size_t ws_bytes = 0;
   DSV4_OK(m.iface->plan_get_workspace_size(plan, &ws_bytes));
@@ -540,7 +553,7 @@ int main(int argc, char** argv) {
       const result r = run_case(m, ctx, c, rng, flush);
       std::printf("%-34s %10.1f %9.1f %11.0f %11.0f %7.1f%% %7.1f%%  %s\n", c.name.c_str(), r.us, r.tflops,
                   r.gbs_flashmla, r.gbs_gathered, 100.0 * r.gbs_gathered / ceil.copy_gbs,
-                  100.0 * r.tflops / ceil.gemm_tflops, r.kernel);
+                  100.0 * r.tflops / ceil.gemm_tflops, (r.kernel + r.lengths).c_str());
       std::fflush(stdout);
     }
     // Trace builds of the module (-DDSV4_SM90_TRACE) dump the timeline of the last Hopper launch.
