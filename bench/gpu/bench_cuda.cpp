@@ -135,19 +135,20 @@ ceilings measure_ceilings() {
 // run's misses also pay for their write-back. "read": a kernel reads a 256 MB buffer instead; the L2
 // then holds clean lines, and misses cost only their own read. DSV4_BENCH_FLUSH selects. Two more
 // modes are diagnostics, not figures to report: "none" (no flush: what the previous rep left in L2),
-// and "tlb" (the memset, then one 4-byte read per 64 KB of the case's caches, which puts their
+// and "tlb" (the memset, then one 16-byte read per 64 KB of the case's caches, which puts their
 // address translations back and next to nothing in L2: what the memset's translation misses cost).
 // The read kernel is PTX, JIT-compiled by the driver (this file is built by the host compiler).
 const char kReadPtx[] = R"(
 .version 7.0
 .target sm_80
 .address_size 64
-.visible .entry dsv4_bench_l2_read(.param .u64 src, .param .u64 words, .param .u64 sink) {
+.visible .entry dsv4_bench_l2_read(.param .u64 src, .param .u64 words, .param .u64 stride, .param .u64 sink) {
   .reg .pred %p<2>;
   .reg .b32 %r<12>;
   .reg .b64 %rd<10>;
   ld.param.u64 %rd1, [src];
   ld.param.u64 %rd2, [words];
+  ld.param.u64 %rd9, [stride];
   ld.param.u64 %rd3, [sink];
   mov.u32 %r1, %ctaid.x;
   mov.u32 %r2, %ntid.x;
@@ -161,7 +162,7 @@ const char kReadPtx[] = R"(
   setp.ge.u64 %p1, %rd4, %rd2;
   @%p1 bra DONE;
 LOOP:
-  shl.b64 %rd7, %rd4, 4;
+  mul.lo.u64 %rd7, %rd4, %rd9;
   add.u64 %rd8, %rd1, %rd7;
   ld.global.v4.u32 {%r5, %r6, %r7, %r8}, [%rd8];
   xor.b32 %r10, %r10, %r5;
@@ -176,28 +177,6 @@ DONE:
   @%p1 bra END;
   st.global.u32 [%rd3], %r10;
 END:
-  ret;
-}
-.visible .entry dsv4_bench_touch(.param .u64 src, .param .u64 bytes, .param .u64 sink) {
-  .reg .pred %p<2>;
-  .reg .b32 %r<8>;
-  .reg .b64 %rd<8>;
-  ld.param.u64 %rd1, [src];
-  ld.param.u64 %rd2, [bytes];
-  ld.param.u64 %rd3, [sink];
-  mov.u32 %r1, %ctaid.x;
-  mov.u32 %r2, %ntid.x;
-  mov.u32 %r3, %tid.x;
-  mad.lo.u32 %r4, %r1, %r2, %r3;
-  mul.wide.u32 %rd4, %r4, 65536;
-  setp.ge.u64 %p1, %rd4, %rd2;
-  @%p1 bra TDONE;
-  add.u64 %rd5, %rd1, %rd4;
-  ld.global.u32 %r5, [%rd5];
-  setp.ne.u32 %p1, %r5, 1592876781;
-  @%p1 bra TDONE;
-  st.global.u32 [%rd3], %r5;
-TDONE:
   ret;
 }
 )";
@@ -216,7 +195,6 @@ class l2_flush {
       CUDA_OK(cudaMemset(buf_.p, 0, buf_.bytes));  // XOR 0: the kernel never stores
       CUDA_OK(cudaLibraryLoadData(&lib_, kReadPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
       CUDA_OK(cudaLibraryGetKernel(&kernel_, lib_, "dsv4_bench_l2_read"));
-      CUDA_OK(cudaLibraryGetKernel(&touch_, lib_, "dsv4_bench_touch"));
     }
   }
   ~l2_flush() {
@@ -230,18 +208,11 @@ class l2_flush {
     if (!read_) {
       CUDA_OK(cudaMemsetAsync(buf_.p, rep & 0xff, buf_.bytes));
       if (tlb_) {
-        for (const dbuf* d : touched) {
-          uint64_t bytes = d->bytes;
-          void* args[] = {const_cast<void**>(&d->p), &bytes, &sink_.p};
-          const unsigned blocks = static_cast<unsigned>((bytes / 65536 + 255) / 256 + 1);
-          CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(touch_), dim3(blocks), dim3(256), args, 0, nullptr));
-        }
+        for (const dbuf* d : touched) read(d->p, d->bytes, 65536);
       }
       return;
     }
-    uint64_t words = buf_.bytes / 16;
-    void* args[] = {&buf_.p, &words, &sink_.p};
-    CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(blocks_), dim3(256), args, 0, nullptr));
+    read(buf_.p, buf_.bytes, 16);
   }
 
  private:
@@ -250,8 +221,13 @@ class l2_flush {
   bool read_ = false;
   bool none_ = false;  // no flush: the run starts with what the previous rep left (diagnostics only)
   bool tlb_ = false;   // memset, then the touched buffers' translations restored (diagnostics only)
+  // The read kernel: 16 bytes at every `stride` bytes of [p, p + bytes).
+  void read(void* p, uint64_t bytes, uint64_t stride) {
+    uint64_t words = bytes / stride;
+    void* args[] = {&p, &words, &stride, &sink_.p};
+    CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(blocks_), dim3(256), args, 0, nullptr));
+  }
   cudaLibrary_t lib_ = nullptr;
-  cudaKernel_t touch_ = nullptr;
   cudaKernel_t kernel_ = nullptr;
 };
 
