@@ -184,14 +184,14 @@ END:
 class l2_flush {
  public:
   explicit l2_flush(int sm_count) : buf_(size_t(256) << 20), sink_(4), blocks_(sm_count * 8) {
-    const char* mode = std::getenv("DSV4_BENCH_FLUSH");
-    read_ = mode != nullptr && std::string(mode) == "read";
-    none_ = mode != nullptr && std::string(mode) == "none";
-    tlb_ = mode != nullptr && std::string(mode) == "tlb";
-    if (mode != nullptr && !read_ && !none_ && !tlb_ && std::string(mode) != "memset") {
-      throw std::runtime_error("DSV4_BENCH_FLUSH: memset, read, none or tlb");
-    }
-    if (read_ || tlb_) {
+    const char* env = std::getenv("DSV4_BENCH_FLUSH");
+    const std::string m = env != nullptr ? env : "memset";
+    static const char* const kNames[] = {"memset", "read", "none", "tlb"};
+    int i = 0;
+    while (i < 4 && m != kNames[i]) ++i;
+    if (i == 4) throw std::runtime_error("DSV4_BENCH_FLUSH: memset, read, none or tlb");
+    mode_ = static_cast<mode>(i);
+    if (mode_ == mode::read || mode_ == mode::tlb) {
       CUDA_OK(cudaMemset(buf_.p, 0, buf_.bytes));  // XOR 0: the kernel never stores
       CUDA_OK(cudaLibraryLoadData(&lib_, kReadPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
       CUDA_OK(cudaLibraryGetKernel(&kernel_, lib_, "dsv4_bench_l2_read"));
@@ -200,33 +200,39 @@ class l2_flush {
   ~l2_flush() {
     if (lib_ != nullptr) cudaLibraryUnload(lib_);
   }
-  const char* name() const { return read_ ? "read" : none_ ? "no" : tlb_ ? "memset + translation" : "memset"; }
+  const char* name() const {
+    static const char* const kShown[] = {"memset", "read", "no", "memset + translation"};
+    return kShown[static_cast<int>(mode_)];
+  }
   // The buffers whose translations "tlb" restores after each flush (the case's caches).
   std::vector<const dbuf*> touched;
   void run(int rep) {
-    if (none_) return;
-    if (!read_) {
-      CUDA_OK(cudaMemsetAsync(buf_.p, rep & 0xff, buf_.bytes));
-      if (tlb_) {
-        for (const dbuf* d : touched) read(d->p, d->bytes, 65536);
-      }
-      return;
+    switch (mode_) {
+      case mode::none: return;
+      case mode::read: read(buf_.p, buf_.bytes, 16); return;
+      case mode::memset:
+      case mode::tlb:
+        CUDA_OK(cudaMemsetAsync(buf_.p, rep & 0xff, buf_.bytes));
+        if (mode_ == mode::tlb) {
+          for (const dbuf* d : touched) read(d->p, d->bytes, 65536);
+        }
+        return;
     }
-    read(buf_.p, buf_.bytes, 16);
   }
 
  private:
-  dbuf buf_, sink_;
-  int blocks_;
-  bool read_ = false;
-  bool none_ = false;  // no flush: the run starts with what the previous rep left (diagnostics only)
-  bool tlb_ = false;   // memset, then the touched buffers' translations restored (diagnostics only)
+  // none and tlb are diagnostics only: no flush (the run starts with what the previous rep left),
+  // and the memset followed by the touched buffers' translations restored.
+  enum class mode { memset, read, none, tlb };
   // The read kernel: 16 bytes at every `stride` bytes of [p, p + bytes).
   void read(void* p, uint64_t bytes, uint64_t stride) {
     uint64_t words = bytes / stride;
     void* args[] = {&p, &words, &stride, &sink_.p};
     CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(blocks_), dim3(256), args, 0, nullptr));
   }
+  dbuf buf_, sink_;
+  int blocks_;
+  mode mode_ = mode::memset;
   cudaLibrary_t lib_ = nullptr;
   cudaKernel_t kernel_ = nullptr;
 };
@@ -273,7 +279,7 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
     }
   };
   std::vector<int32_t> main_idx, extra_idx, extra_len;
-  std::string res_lengths;
+  result res{};
   make_indices(c.topk, c.main_block, main_blocks, &main_idx);
   int64_t attended = static_cast<int64_t>(T) * c.topk;
   if (extra) {
@@ -291,7 +297,7 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
       }
       char buf[96];
       std::snprintf(buf, sizeof buf, "  [64-key chunks per row: mean %.1f, max %d]", chunks_sum / c.batch, chunks_max);
-      res_lengths = buf;
+      res.lengths = buf;
     } else {
       attended += static_cast<int64_t>(T) * c.extra_topk;
     }
@@ -323,8 +329,6 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   const dsv4_status plan_status = m.iface->plan_create(ctx, &o, &plan);
   unsetenv("DSV4_CUDA_CHUNK");
   DSV4_OK(plan_status);
-  result res{};
-  res.lengths = res_lengths;
   DSV4_OK(m.iface->plan_get_kernel_name(plan, res.kernel, sizeof res.kernel));
   size_t ws_bytes = 0;
   DSV4_OK(m.iface->plan_get_workspace_size(plan, &ws_bytes));
