@@ -106,6 +106,7 @@ struct tiling {
   bool sm90_small = false;      // the Hopper kernel for 1..32 heads (attention_sm90_small.cu)
   bool small_staged = false;    // its FP8 rows staged by the bulk-copy engine (small_staged_applies)
   bool small_heads8 = false;    // its 16-head tile serves 1..8 heads with the 8-head consumer
+  bool forced_only = false;     // runs take it only when DSV4_CUDA_KERNEL names it
 };
 
 struct plan {
@@ -123,10 +124,13 @@ struct plan {
   // tiling of a Hopper kernel (wgmma for > 32 heads, the small-head kernel otherwise); runs use it
   // when their caches are 16-byte aligned.
   tiling sm90{};
-  // Hopper plans of 33..128 heads also hold the small-head kernel's 16-head tiles: for runs of few
-  // tokens, four times the CTAs of the wgmma kernel, each with a quarter of its partials to write.
-  tiling sm90_narrow{};
-  int force_sm90_narrow = 0;    // DSV4_CUDA_KERNEL: 1 = "small" (always those tiles), -1 = "wgmma" (never)
+  // Hopper plans of 33..128 heads also hold the small-head kernel's tiles: 16 heads for runs of few
+  // tokens (four times the CTAs of the wgmma kernel, each with a quarter of its partials to write),
+  // 32 heads for medium runs (twice the CTAs, each chunk's gather shared by 32 heads).
+  tiling sm90_narrow[2]{};      // [0]: 16-head tiles, [1]: 32-head tiles
+  // DSV4_CUDA_KERNEL: 1 = "small" (always 16-head tiles), 2 = "small32" (always 32-head tiles),
+  // -1 = "wgmma" (never the small-head kernel's tiles)
+  int force_sm90_narrow = 0;
   int width[2] = {0, 0};        // list widths (explicit: topk / extra_topk; paged: W / cmp width)
   int chunks[2] = {0, 0};
   size_t stage_bytes = 0;
@@ -148,13 +152,25 @@ bool dtype_is(const dsv4_dtype& t, uint8_t code, uint8_t bits) {
 
 // Key splits for T tokens. The cost of a choice is its number of waves (CTAs over the resident CTA
 // slots of the device) times the chunks each CTA runs, plus a fixed per-CTA cost (Q load, first gather, epilogue:
-// about 1.5 chunks, measured) and, with splits, the combine pass (about one chunk). Splitting is
-// limited to 4 waves of CTAs, which bounds the workspace for partials (see size_plan).
+// about 1.5 chunks, measured) and, with splits, each CTA's partial stores and the combine pass.
+// Splitting is limited to 4 waves of CTAs, which bounds the workspace for partials (see size_plan).
 struct split_plan {
   int splits;
   int chunks_per_split;
   double cost;  // in 64-head-tile chunk times
 };
+
+// The combine of a split run (one CTA per (token, head) row, a few resident per SM, each reading every
+// split's partial) in 64-head-tile chunk times. Fitted on an H200: ~1 chunk time at b = 2 (256..512
+// rows), growing by ~0.33 us a split (32-head tiles, CONFIG1 b=2: 2..10 splits); ~3.7 at CONFIG1
+// b=32 (4096 rows, 2 splits: 45.2 us against 27.9 modelled without it).
+double combine_cost(int64_t rows, int splits) {
+  return 0.5 + 0.75 * static_cast<double>(rows) / 1000.0 + 0.06 * splits;
+}
+// A split CTA's fp32 partials, in the same unit: 128 KB for 64 heads took 2.3 us (a CONFIG4 b=2
+// timeline), about 0.42 chunk times.
+double partial_store_cost(const tiling& tl) { return 0.42 * tl.head_tiles * kMmaRows / 64.0; }
+
 split_plan choose_splits(const plan& p, const tiling& tl, int64_t tokens) {
   const int total = std::max(1, p.chunks[0] + p.chunks[1]);
   const int64_t base = tokens * tl.head_groups;
@@ -168,7 +184,9 @@ split_plan choose_splits(const plan& p, const tiling& tl, int64_t tokens) {
     if (splits > 1 && base * splits > 4 * sms) continue;    // bounds the partials' workspace
     if (p.max_splits > 0 && splits > p.max_splits) continue;
     const int64_t waves = (base * splits + sms - 1) / sms;
-    double cost = static_cast<double>(waves) * (per + tl.cta_cost) * tl.chunk_cost + (splits > 1 ? 1.0 : 0.0);
+    double cost = static_cast<double>(waves) * (per + tl.cta_cost) * tl.chunk_cost;
+    if (splits > 1)
+      cost += static_cast<double>(waves) * partial_store_cost(tl) + combine_cost(tokens * p.options.num_heads, splits);
     if (splits < p.min_splits) cost += 1e200;  // only if no larger count is allowed
     if (cost < best_cost) {
       best_cost = cost;
@@ -187,19 +205,27 @@ tiling wide_tiling(const plan& p) {
   return t;
 }
 
-// The tiling a run of `tokens` tokens uses (the narrow one when it is modelled faster) and its
-// splits; `sm90_ok`: the run may use the Hopper kernel.
+// The tiling a run of `tokens` tokens uses (the one modelled fastest, or the one DSV4_CUDA_KERNEL
+// forces) and its splits; `sm90_ok`: the run may use the Hopper kernels.
 tiling choose_tiling(const plan& p, int64_t tokens, bool sm90_ok, split_plan* splits) {
   const tiling wide = sm90_ok && p.sm90.head_tiles != 0 ? p.sm90 : wide_tiling(p);
+  if (sm90_ok && p.force_sm90_narrow > 0) {
+    const tiling& forced = p.sm90_narrow[p.force_sm90_narrow - 1];
+    if (forced.head_tiles != 0) {
+      *splits = choose_splits(p, forced, tokens);
+      return forced;
+    }
+  }
   const tiling* pick = &wide;
   *splits = choose_splits(p, wide, tokens);
-  const tiling* others[2] = {&p.narrow, sm90_ok && p.force_sm90_narrow >= 0 ? &p.sm90_narrow : nullptr};
-  for (int i = 0; i < 2; ++i) {
-    if (others[i] == nullptr || others[i]->head_tiles == 0) continue;
-    const split_plan s = choose_splits(p, *others[i], tokens);
-    if (s.cost < splits->cost || (i == 1 && p.force_sm90_narrow > 0)) {
+  const bool small_ok = sm90_ok && p.force_sm90_narrow >= 0;
+  const tiling* others[3] = {&p.narrow, small_ok ? &p.sm90_narrow[0] : nullptr, small_ok ? &p.sm90_narrow[1] : nullptr};
+  for (const tiling* other : others) {
+    if (other == nullptr || other->head_tiles == 0 || other->forced_only) continue;
+    const split_plan s = choose_splits(p, *other, tokens);
+    if (s.cost < splits->cost) {
       *splits = s;
-      pick = others[i];
+      pick = other;
     }
   }
   return *pick;
@@ -336,13 +362,14 @@ dsv4_status size_plan(plan* p) {
   // Hopper: the wgmma kernel (64-head CTAs, pairs for > 64 heads) for 33..128 heads: faster than the
   // mma.sync kernel on an H200 for every layout it serves (CONFIG1 b=64 69.5 vs 88.3 us, CONFIG3
   // 104 vs 145 us, bf16 CONFIG1 49.5 vs 81.1 us). DSV4_CUDA_KERNEL (A/B runs, tests): =mma never
-  // uses a Hopper kernel; =wgmma keeps runs of > 32 heads off the small-head kernel's 16-head tiles
-  // (sm90_narrow), =small puts them there.
+  // uses a Hopper kernel; =wgmma keeps runs of > 32 heads off the small-head kernel's tiles
+  // (sm90_narrow), =small puts them there, =small32 on the 32-head tiles.
   const char* kenv = host_env("DSV4_CUDA_KERNEL");
   const char* senv = host_env("DSV4_CUDA_MAX_SPLITS");
   if (senv != nullptr) p->max_splits = std::max(0, std::atoi(senv));
   if (const char* menv = host_env("DSV4_CUDA_MIN_SPLITS")) p->min_splits = std::max(0, std::atoi(menv));
   if (kenv != nullptr && std::strcmp(kenv, "small") == 0) p->force_sm90_narrow = 1;
+  if (kenv != nullptr && std::strcmp(kenv, "small32") == 0) p->force_sm90_narrow = 2;
   if (kenv != nullptr && std::strcmp(kenv, "wgmma") == 0) p->force_sm90_narrow = -1;
   // DSV4_CUDA_CHUNK=32 asks for the small-shared-memory mma.sync variant: no Hopper kernel either.
   const bool never_sm90 = (kenv != nullptr && std::strcmp(kenv, "mma") == 0) || force_small;
@@ -388,7 +415,9 @@ dsv4_status size_plan(plan* p) {
     h.ctas_per_sm = 1;
     // Per-chunk time relative to the mma.sync 64-head tile (H200, CONFIG1 b=64: FP8 69.5 vs 88.3 us,
     // bf16 49.5 vs 81.1 us; pairs count as two CTAs, as the mma.sync kernel's two head groups do).
-    h.chunk_cost = o.swa_cache.layout == DSV4_KV_LAYOUT_BF16 ? 0.6 : 0.78;
+    // CTA pairs (> 64 heads) share each FP8 chunk's conversion: CONFIG2 b=32 (128 pairs' CTAs of 18
+    // chunks, one wave) takes 69.1 us, 0.62 a chunk.
+    h.chunk_cost = o.swa_cache.layout == DSV4_KV_LAYOUT_BF16 ? 0.6 : o.num_heads > kSm90Heads ? 0.62 : 0.78;
     h.sm90 = true;
     // Persistent CTAs for runs of more work items than the device holds. DSV4_CUDA_PERSISTENT (A/B
     // runs, tests): 0 = one CTA per item; n > 0 = at most n CTAs, looping over items.
@@ -401,12 +430,20 @@ dsv4_status size_plan(plan* p) {
       h.persistent_forced = cap > 0;
     }
     if (small_ok) {
-      // Costs fitted to b = 2 on an H200 (against the wgmma kernel): CONFIG1 20.0 -> 17.0 us,
-      // CONFIG3 22.7 -> 21.2, bf16 CONFIG1 18.0 -> 15.0; slower for 128 heads (CONFIG2 25.5 ->
-      // 26.4, CONFIG4 24.6 -> 26.9), where eight groups leave too few splits; 32-head tiles were
-      // slower still. Small fixed cost: a CTA writes 16 rows of partials, not 64.
-      const dsv4_status nst = small_tiling(&p->sm90_narrow, kMmaRows, 0.52, 0.5);
+      // The small-head kernel's tiles for runs that do not fill the device with 64-head CTAs. Costs
+      // fitted on an H200 to CONFIG1-4 at b = 2..32 (docs/performance.md, round 42). FP8: a CTA's
+      // start is ~6 us (2.1 chunks); a 32-head chunk ~2.8 us (0.52), ~2.6 us (0.47) where three or
+      // four head groups share each row through the L2. CONFIG4 b=2 20.3 -> 19.6 us (6 splits of
+      // 32-head tiles), CONFIG1 b=32 45.3 -> 36.2 (one split of 32-head tiles). bf16 rows are
+      // copied, not converted: 16-head tiles start sooner (fitted at b = 2) and 32-head tiles gain
+      // nothing over them or the wgmma kernel (bf16 CONFIG1 / CONFIG2 b=2: 14.6 / 18.6 us against
+      // 13.8 / 17.7), so bf16 runs take them only when DSV4_CUDA_KERNEL=small32 asks.
+      const bool bf16 = layout == DSV4_KV_LAYOUT_BF16;
+      dsv4_status nst = small_tiling(&p->sm90_narrow[0], kMmaRows, 0.52, bf16 ? 0.5 : 2.1);
+      const bool shared_rows = o.num_heads > 4 * kMmaRows;
+      if (nst == DSV4_STATUS_OK) nst = small_tiling(&p->sm90_narrow[1], 2 * kMmaRows, shared_rows ? 0.47 : 0.52, 2.1);
       if (nst != DSV4_STATUS_OK) return nst;
+      p->sm90_narrow[1].forced_only = bf16;
     }
   }
   // Partials: the largest tokens x splits over every T <= max_tokens that uses more than one split

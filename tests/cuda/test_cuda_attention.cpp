@@ -1151,6 +1151,39 @@ std::vector<explicit_case> explicit_cases() {
     c.heads = 40;
     add(c);
   }
+  // The same runs on the small-head kernel's 32-head tiles (what the planner picks for medium runs
+  // of > 32 heads): two to four head groups, partial last groups (120 = 3 x 32 + 24, 40 = 32 + 8).
+  {
+    explicit_case c;
+    c.name = "sm90s-wide32-v4-h64";
+    c.kernel = "small32";
+    c.special_rows = true;
+    c.batch = 1;
+    c.topk = 448;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 512;
+    c.extra_block = 2;
+    c.extra_slots = 2048;
+    add(c);
+    c.name = "sm90s-wide32-v4-h128-b5-graph";
+    c.heads = 128;
+    c.batch = 5;
+    c.block = 37;
+    c.graph = true;
+    add(c);
+    c.name = "sm90s-wide32-bf16-h120-sq1";
+    c.layout = c.extra_layout = DSV4_KV_LAYOUT_BF16;
+    c.special_rows = false;
+    c.graph = false;
+    c.heads = 120;
+    c.seq_q = 1;
+    c.batch = 3;
+    add(c);
+    c.name = "sm90s-wide32-per-tensor-fp8-q-h40";
+    per_tensor_fp8_q(c);
+    c.heads = 40;
+    add(c);
+  }
   // Shapes aimed at the Hopper small-head kernel (1..32 heads: 16- and 32-head tiles, partial
   // tiles, every layout it serves, splits, fix-up of inexact groups, fp8 and unaligned q), and the
   // mma.sync kernel it replaces there.
