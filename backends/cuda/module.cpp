@@ -158,6 +158,9 @@ struct split_plan {
   int splits;
   int chunks_per_split;
   double cost;  // in 64-head-tile chunk times
+  bool meets_min;  // splits >= DSV4_CUDA_MIN_SPLITS (a tuning run's floor, where the workspace allows)
+  // Whether this plan is the better one: a tuning run's floor first, then the modelled time.
+  bool better_than(const split_plan& o) const { return meets_min != o.meets_min ? meets_min : cost < o.cost; }
 };
 
 // The combine of a split run (one CTA per (token, head) row, a few resident per SM, each reading every
@@ -175,8 +178,7 @@ split_plan choose_splits(const plan& p, const tiling& tl, int64_t tokens) {
   const int total = std::max(1, p.chunks[0] + p.chunks[1]);
   const int64_t base = tokens * tl.head_groups;
   const int64_t sms = std::max(1, p.ctx->sm_count) * static_cast<int64_t>(std::max(1, tl.ctas_per_sm));
-  split_plan best{1, total, 0.0};
-  double best_cost = 1e300;
+  split_plan best{1, total, 1e300, false};
   for (int want = 1; want <= total; ++want) {
     const int per = (total + want - 1) / want;
     const int splits = (total + per - 1) / per;
@@ -187,11 +189,8 @@ split_plan choose_splits(const plan& p, const tiling& tl, int64_t tokens) {
     double cost = static_cast<double>(waves) * (per + tl.cta_cost) * tl.chunk_cost;
     if (splits > 1)
       cost += static_cast<double>(waves) * partial_store_cost(tl) + combine_cost(tokens * p.options.num_heads, splits);
-    if (splits < p.min_splits) cost += 1e200;  // only if no larger count is allowed
-    if (cost < best_cost) {
-      best_cost = cost;
-      best = {splits, per, cost};
-    }
+    const split_plan candidate{splits, per, cost, splits >= p.min_splits};
+    if (candidate.better_than(best)) best = candidate;
   }
   return best;
 }
@@ -223,7 +222,7 @@ tiling choose_tiling(const plan& p, int64_t tokens, bool sm90_ok, split_plan* sp
   for (const tiling* other : others) {
     if (other == nullptr || other->head_tiles == 0 || other->forced_only) continue;
     const split_plan s = choose_splits(p, *other, tokens);
-    if (s.cost < splits->cost) {
+    if (s.better_than(*splits)) {
       *splits = s;
       pick = other;
     }
