@@ -140,6 +140,7 @@ struct plan {
   size_t workspace_bytes = 0;
   int max_splits = 0;           // DSV4_CUDA_MAX_SPLITS (tuning runs): no more key splits; 0: none
   int min_splits = 0;           // DSV4_CUDA_MIN_SPLITS (tuning runs): no fewer, where the partials fit
+  bool log_runs = false;        // DSV4_CUDA_LOG_RUNS=1: each run logs its tiling and splits (debug level)
   char kernel[128] = {0};
 };
 
@@ -203,6 +204,11 @@ tiling wide_tiling(const plan& p) {
   t.smem_bytes = p.smem_bytes;
   return t;
 }
+
+// A tiling's kernel and heads per CTA: the plan's kernel name gives those of its widest tiling;
+// DSV4_CUDA_LOG_RUNS logs the one each run takes (runs of few tokens may take narrower tiles).
+const char* tiling_kernel(const tiling& tl) { return tl.sm90 ? "wgmma" : tl.sm90_small ? "sm90-mma" : "mma"; }
+int tiling_heads(const tiling& tl) { return tl.sm90 ? kSm90Heads : tl.small_heads8 ? kMmaRows / 2 : tl.head_tiles * kMmaRows; }
 
 // The tiling a run of `tokens` tokens uses (the one modelled fastest, or the one DSV4_CUDA_KERNEL
 // forces) and its splits; `sm90_ok`: the run may use the Hopper kernels.
@@ -367,6 +373,7 @@ dsv4_status size_plan(plan* p) {
   const char* senv = host_env("DSV4_CUDA_MAX_SPLITS");
   if (senv != nullptr) p->max_splits = std::max(0, std::atoi(senv));
   if (const char* menv = host_env("DSV4_CUDA_MIN_SPLITS")) p->min_splits = std::max(0, std::atoi(menv));
+  p->log_runs = host_env("DSV4_CUDA_LOG_RUNS") != nullptr && !host_env_off("DSV4_CUDA_LOG_RUNS");
   if (kenv != nullptr && std::strcmp(kenv, "small") == 0) p->force_sm90_narrow = 1;
   if (kenv != nullptr && std::strcmp(kenv, "small32") == 0) p->force_sm90_narrow = 2;
   if (kenv != nullptr && std::strcmp(kenv, "wgmma") == 0) p->force_sm90_narrow = -1;
@@ -462,13 +469,9 @@ dsv4_status size_plan(plan* p) {
   if (rows > 0) p->workspace_bytes += partial_bytes_o(rows, o.num_heads) + partial_bytes_ml(rows, o.num_heads);
   // The caller's workspace need not be aligned: keep room to align its start to kAlign.
   if (p->workspace_bytes > 0) p->workspace_bytes += kAlign;
-  const char* kind = p->sm90.sm90 ? "wgmma" : p->sm90.sm90_small ? "sm90-mma" : "mma";
-  const int tile_heads = p->sm90.sm90         ? kSm90Heads
-                         : p->sm90.small_heads8 ? kMmaRows / 2
-                         : p->sm90.sm90_small   ? p->sm90.head_tiles * kMmaRows
-                                                : tiles * kMmaRows;
-  std::snprintf(p->kernel, sizeof p->kernel, "cuda-%s-bf16-h%d-k%d/%s", kind, tile_heads, chunk,
-                o.mode == DSV4_MODE_PAGED ? "paged" : "explicit");
+  const tiling named = p->sm90.head_tiles != 0 ? p->sm90 : wide_tiling(*p);
+  std::snprintf(p->kernel, sizeof p->kernel, "cuda-%s-bf16-h%d-k%d/%s", tiling_kernel(named), tiling_heads(named),
+                chunk, o.mode == DSV4_MODE_PAGED ? "paged" : "explicit");
   return DSV4_STATUS_OK;
 }
 
@@ -584,6 +587,9 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
 
   a.num_splits = sp.splits;
   a.chunks_per_split = sp.chunks_per_split;
+  if (p.log_runs)
+    log_debug("run: %d tokens, %s h%d tiles, %d split(s) of %d chunk(s)", run.num_tokens, tiling_kernel(tl),
+              tiling_heads(tl), sp.splits, sp.chunks_per_split);
   if (sp.splits > 1) {
     const size_t rows = static_cast<size_t>(run.num_tokens) * static_cast<size_t>(sp.splits);
     if (rows > p.partial_rows)

@@ -242,6 +242,7 @@ struct result {
   double tflops, gbs_flashmla, gbs_gathered;
   char kernel[128];
   std::string lengths;  // per-row extra lengths (CONFIG3/4): the chunks they make, which set the time
+  std::string run;      // the tiling and splits the runs take (DSV4_CUDA_LOG_RUNS)
 };
 
 result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64& rng, l2_flush& flush) {
@@ -324,11 +325,19 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   o.index_format = DSV4_INDEX_DENSE;
   o.topk = c.topk;
   o.extra_topk = c.extra_topk;
-  void* plan = nullptr;
-  if (c.small_chunk) setenv("DSV4_CUDA_CHUNK", "32", 1);
-  const dsv4_status plan_status = m.iface->plan_create(ctx, &o, &plan);
-  unsetenv("DSV4_CUDA_CHUNK");
-  DSV4_OK(plan_status);
+  // log_runs: a plan whose runs log their tiling and splits (DSV4_CUDA_LOG_RUNS; never the timed one:
+  // the log is formatted on the host between the timing events).
+  auto make_plan = [&](bool log_runs) {
+    void* made = nullptr;
+    if (c.small_chunk) setenv("DSV4_CUDA_CHUNK", "32", 1);
+    if (log_runs) setenv("DSV4_CUDA_LOG_RUNS", "1", 1);
+    const dsv4_status plan_status = m.iface->plan_create(ctx, &o, &made);
+    unsetenv("DSV4_CUDA_CHUNK");
+    unsetenv("DSV4_CUDA_LOG_RUNS");
+    DSV4_OK(plan_status);
+    return made;
+  };
+  void* plan = make_plan(false);
   DSV4_OK(m.iface->plan_get_kernel_name(plan, res.kernel, sizeof res.kernel));
   size_t ws_bytes = 0;
   DSV4_OK(m.iface->plan_get_workspace_size(plan, &ws_bytes));
@@ -402,6 +411,14 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   m.iface->plan_destroy(plan);
+  // The plan's kernel name is its widest tiling; a run of few tokens may take another.
+  void* logging = make_plan(true);
+  last_log().clear();
+  DSV4_OK(m.iface->run(logging, &r));
+  CUDA_OK(cudaDeviceSynchronize());
+  m.iface->plan_destroy(logging);
+  const std::string& logged = last_log();  // "run: T tokens, <tiling and splits>"
+  if (logged.rfind("run: ", 0) == 0 && logged.find(", ") != std::string::npos) res.run = logged.substr(logged.find(", ") + 2);
 
   res.us = median(times) * 1000.0f;
   const double secs = res.us * 1e-6;
@@ -533,7 +550,7 @@ int main(int argc, char** argv) {
       const result r = run_case(m, ctx, c, rng, flush);
       std::printf("%-34s %10.1f %9.1f %11.0f %11.0f %7.1f%% %7.1f%%  %s\n", c.name.c_str(), r.us, r.tflops,
                   r.gbs_flashmla, r.gbs_gathered, 100.0 * r.gbs_gathered / ceil.copy_gbs,
-                  100.0 * r.tflops / ceil.gemm_tflops, (r.kernel + r.lengths).c_str());
+                  100.0 * r.tflops / ceil.gemm_tflops, (r.kernel + (r.run.empty() ? "" : " [" + r.run + "]") + r.lengths).c_str());
       std::fflush(stdout);
     }
     // Trace builds of the module (-DDSV4_SM90_TRACE) dump the timeline of the last Hopper launch.

@@ -31,7 +31,14 @@ inline std::string& last_error() {
   return e;
 }
 
+// The module's last log line (the benchmark reads DSV4_CUDA_LOG_RUNS's lines from it).
+inline std::string& last_log() {
+  static std::string l;
+  return l;
+}
+
 inline void host_log(int32_t level, const char* module, const char* message) {
+  last_log() = message;
   if (std::getenv("DSV4_TEST_VERBOSE") != nullptr || level == DSV4_LOG_ERROR)
     std::fprintf(stderr, "[%s] %s\n", module, message);
 }
