@@ -19,6 +19,7 @@
 #include "common/paged_index.h"
 #include "dsv4_backend.h"
 #include "kernels.h"
+#include "planner.h"
 
 namespace dsv4 {
 namespace cuda {
@@ -92,54 +93,17 @@ struct context {
   int cc_minor = 0;
 };
 
-// One head tiling of a plan: heads per CTA and what it costs in shared memory and residency.
-struct tiling {
-  int head_tiles = 0;           // 0: not available
-  int head_groups = 1;
-  int ctas_per_sm = 1;          // attention CTAs resident per SM
-  size_t smem_bytes = 0;
-  double chunk_cost = 1.0;      // time of one chunk relative to a 64-head tile (measured on an H200)
-  double cta_cost = 1.5;        // a CTA's fixed time (Q load, first gather, epilogue), in the same unit
-  bool sm90 = false;            // the Hopper wgmma kernel (attention_sm90.cu)
-  int resident[2] = {0, 0};     // its resident CTAs, single / pairs (0: no persistent CTAs)
-  bool persistent_forced = false;  // DSV4_CUDA_PERSISTENT=n: persistent CTAs whatever the lengths
-  bool sm90_small = false;      // the Hopper kernel for 1..32 heads (attention_sm90_small.cu)
-  bool small_staged = false;    // its FP8 rows staged by the bulk-copy engine (small_staged_applies)
-  bool small_heads8 = false;    // its 16-head tile serves 1..8 heads with the 8-head consumer
-  bool forced_only = false;     // runs take it only when DSV4_CUDA_KERNEL names it
-};
-
 struct plan {
   const context* ctx = nullptr;
   dsv4_plan_options options{};
-  int head_tiles = 1;
-  int head_groups = 1;
   int chunk_keys = kChunkKeys;  // keys per shared-memory chunk
-  int ctas_per_sm = 1;          // attention CTAs resident per SM
-  // 64-head plans also hold 32-head tiles for runs too small to fill the device: twice the CTAs,
-  // each with half the mma work per chunk (CONFIG1 b=2 on an H200: 24.6 -> 20.8 us with the
-  // dependent-launch combine).
-  tiling narrow{};
-  // Hopper plans (compute capability 9.0, sm_90a code loaded, one 512-dim layout) also hold the
-  // tiling of a Hopper kernel (wgmma for > 32 heads, the small-head kernel otherwise); runs use it
-  // when their caches are 16-byte aligned.
-  tiling sm90{};
-  // Hopper plans of 33..128 heads also hold the small-head kernel's tiles: 16 heads for runs of few
-  // tokens (four times the CTAs of the wgmma kernel, each with a quarter of its partials to write),
-  // 32 heads for medium runs (twice the CTAs, each chunk's gather shared by 32 heads).
-  tiling sm90_narrow[2]{};      // [0]: 16-head tiles, [1]: 32-head tiles
-  // DSV4_CUDA_KERNEL: 1 = "small" (always 16-head tiles), 2 = "small32" (always 32-head tiles),
-  // -1 = "wgmma" (never the small-head kernel's tiles)
-  int force_sm90_narrow = 0;
+  run_planner planner{};        // the tilings runs choose from (wide: the mma.sync kernel's), the tuning knobs
   int width[2] = {0, 0};        // list widths (explicit: topk / extra_topk; paged: W / cmp width)
   int chunks[2] = {0, 0};
   size_t stage_bytes = 0;
-  size_t smem_bytes = 0;
   size_t lists_bytes = 0;       // paged: the list builders' workspace (paged_workspace layout)
   size_t partial_rows = 0;      // (token, split) rows of partials the workspace holds
   size_t workspace_bytes = 0;
-  int max_splits = 0;           // DSV4_CUDA_MAX_SPLITS (tuning runs): no more key splits; 0: none
-  int min_splits = 0;           // DSV4_CUDA_MIN_SPLITS (tuning runs): no fewer, where the partials fit
   bool log_runs = false;        // DSV4_CUDA_LOG_RUNS=1: each run logs its tiling and splits (debug level)
   char kernel[128] = {0};
 };
@@ -149,91 +113,6 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 bool dtype_is(const dsv4_dtype& t, uint8_t code, uint8_t bits) {
   return t.code == code && t.bits == bits && t.lanes == 1;
-}
-
-// Key splits for T tokens. The cost of a choice is its number of waves (CTAs over the resident CTA
-// slots of the device) times the chunks each CTA runs, plus a fixed per-CTA cost (Q load, first gather, epilogue:
-// about 1.5 chunks, measured) and, with splits, each CTA's partial stores and the combine pass.
-// Splitting is limited to 4 waves of CTAs, which bounds the workspace for partials (see size_plan).
-struct split_plan {
-  int splits;
-  int chunks_per_split;
-  double cost;  // in 64-head-tile chunk times
-  bool meets_min;  // splits >= DSV4_CUDA_MIN_SPLITS (a tuning run's floor, where the workspace allows)
-  // Whether this plan is the better one: a tuning run's floor first, then the modelled time.
-  bool better_than(const split_plan& o) const { return meets_min != o.meets_min ? meets_min : cost < o.cost; }
-};
-
-// The combine of a split run (one CTA per (token, head) row, a few resident per SM, each reading every
-// split's partial) in 64-head-tile chunk times. Fitted on an H200: ~1 chunk time at b = 2 (256..512
-// rows), growing by ~0.33 us a split (32-head tiles, CONFIG1 b=2: 2..10 splits); ~3.7 at CONFIG1
-// b=32 (4096 rows, 2 splits: 45.2 us against 27.9 modelled without it).
-double combine_cost(int64_t rows, int splits) {
-  return 0.5 + 0.75 * static_cast<double>(rows) / 1000.0 + 0.06 * splits;
-}
-// A split CTA's fp32 partials, in the same unit: 128 KB for 64 heads took 2.3 us (a CONFIG4 b=2
-// timeline), about 0.42 chunk times.
-double partial_store_cost(const tiling& tl) { return 0.42 * tl.head_tiles * kMmaRows / 64.0; }
-
-split_plan choose_splits(const plan& p, const tiling& tl, int64_t tokens) {
-  const int total = std::max(1, p.chunks[0] + p.chunks[1]);
-  const int64_t base = tokens * tl.head_groups;
-  const int64_t sms = std::max(1, p.ctx->sm_count) * static_cast<int64_t>(std::max(1, tl.ctas_per_sm));
-  split_plan best{1, total, 1e300, false};
-  for (int want = 1; want <= total; ++want) {
-    const int per = (total + want - 1) / want;
-    const int splits = (total + per - 1) / per;
-    if (splits != want) continue;                           // same as a smaller count
-    if (splits > 1 && base * splits > 4 * sms) continue;    // bounds the partials' workspace
-    if (p.max_splits > 0 && splits > p.max_splits) continue;
-    const int64_t waves = (base * splits + sms - 1) / sms;
-    double cost = static_cast<double>(waves) * (per + tl.cta_cost) * tl.chunk_cost;
-    if (splits > 1)
-      cost += static_cast<double>(waves) * partial_store_cost(tl) + combine_cost(tokens * p.options.num_heads, splits);
-    const split_plan candidate{splits, per, cost, splits >= p.min_splits};
-    if (candidate.better_than(best)) best = candidate;
-  }
-  return best;
-}
-
-tiling wide_tiling(const plan& p) {
-  tiling t;
-  t.head_tiles = p.head_tiles;
-  t.head_groups = p.head_groups;
-  t.ctas_per_sm = p.ctas_per_sm;
-  t.smem_bytes = p.smem_bytes;
-  return t;
-}
-
-// A tiling's kernel and heads per CTA: the plan's kernel name gives those of its widest tiling;
-// DSV4_CUDA_LOG_RUNS logs the one each run takes (runs of few tokens may take narrower tiles).
-const char* tiling_kernel(const tiling& tl) { return tl.sm90 ? "wgmma" : tl.sm90_small ? "sm90-mma" : "mma"; }
-int tiling_heads(const tiling& tl) { return tl.sm90 ? kSm90Heads : tl.small_heads8 ? kMmaRows / 2 : tl.head_tiles * kMmaRows; }
-
-// The tiling a run of `tokens` tokens uses (the one modelled fastest, or the one DSV4_CUDA_KERNEL
-// forces) and its splits; `sm90_ok`: the run may use the Hopper kernels.
-tiling choose_tiling(const plan& p, int64_t tokens, bool sm90_ok, split_plan* splits) {
-  const tiling wide = sm90_ok && p.sm90.head_tiles != 0 ? p.sm90 : wide_tiling(p);
-  if (sm90_ok && p.force_sm90_narrow > 0) {
-    const tiling& forced = p.sm90_narrow[p.force_sm90_narrow - 1];
-    if (forced.head_tiles != 0) {
-      *splits = choose_splits(p, forced, tokens);
-      return forced;
-    }
-  }
-  const tiling* pick = &wide;
-  *splits = choose_splits(p, wide, tokens);
-  const bool small_ok = sm90_ok && p.force_sm90_narrow >= 0;
-  const tiling* others[3] = {&p.narrow, small_ok ? &p.sm90_narrow[0] : nullptr, small_ok ? &p.sm90_narrow[1] : nullptr};
-  for (const tiling* other : others) {
-    if (other == nullptr || other->head_tiles == 0 || other->forced_only) continue;
-    const split_plan s = choose_splits(p, *other, tokens);
-    if (s.better_than(*splits)) {
-      *splits = s;
-      pick = other;
-    }
-  }
-  return *pick;
 }
 
 // Whether a run reads most cache rows once (attention_params::stream_rows): few query tokens per
@@ -345,21 +224,23 @@ dsv4_status size_plan(plan* p) {
     if (attention_smem_bytes(tiles, o.head_dim_qk, p->stage_bytes, chunk) > p->ctx->smem_optin)
       return fail(DSV4_STATUS_UNSUPPORTED, "plan: device shared memory %zu bytes is too small", p->ctx->smem_optin);
   }
-  p->head_tiles = tiles;
   p->chunk_keys = chunk;
-  p->smem_bytes = attention_smem_bytes(tiles, o.head_dim_qk, p->stage_bytes, chunk);
-  p->head_groups = (o.num_heads + tiles * kMmaRows - 1) / (tiles * kMmaRows);
   p->chunks[0] = (p->width[0] + chunk - 1) / chunk;
   p->chunks[1] = (p->width[1] + chunk - 1) / chunk;
-  const cudaError_t err = attention_configure(tiles, chunk, p->smem_bytes);
+  run_planner& rp = p->planner;
+  rp.sm_count = p->ctx->sm_count;
+  rp.num_heads = o.num_heads;
+  rp.total_chunks = p->chunks[0] + p->chunks[1];
+  tiling& w = rp.wide;
+  w = mma_tiles(tiles, o.num_heads, false);
+  w.smem_bytes = attention_smem_bytes(tiles, o.head_dim_qk, p->stage_bytes, chunk);
+  const cudaError_t err = attention_configure(tiles, chunk, w.smem_bytes);
   if (err != cudaSuccess) return cuda_fail(err, "plan: cudaFuncSetAttribute");
-  p->ctas_per_sm = attention_ctas_per_sm(tiles, chunk, o.head_dim_qk, p->smem_bytes);
+  w.ctas_per_sm = attention_ctas_per_sm(tiles, chunk, o.head_dim_qk, w.smem_bytes);
   if (tiles == kMaxHeadTiles && chunk == kChunkKeys) {
-    tiling& n = p->narrow;
-    n.head_tiles = kMaxHeadTiles / 2;
-    n.head_groups = (o.num_heads + n.head_tiles * kMmaRows - 1) / (n.head_tiles * kMmaRows);
+    tiling& n = rp.narrow;
+    n = mma_tiles(kMaxHeadTiles / 2, o.num_heads, true);
     n.smem_bytes = attention_smem_bytes(n.head_tiles, o.head_dim_qk, p->stage_bytes, chunk);
-    n.chunk_cost = 0.8;  // CONFIG1 shapes: 73.3 us (32 heads) vs 91.5 us (64 heads) for 10 chunks
     const cudaError_t nerr = attention_configure(n.head_tiles, chunk, n.smem_bytes);
     if (nerr != cudaSuccess) return cuda_fail(nerr, "plan: cudaFuncSetAttribute");
     n.ctas_per_sm = attention_ctas_per_sm(n.head_tiles, chunk, o.head_dim_qk, n.smem_bytes);
@@ -371,12 +252,12 @@ dsv4_status size_plan(plan* p) {
   // (sm90_narrow), =small puts them there, =small32 on the 32-head tiles.
   const char* kenv = host_env("DSV4_CUDA_KERNEL");
   const char* senv = host_env("DSV4_CUDA_MAX_SPLITS");
-  if (senv != nullptr) p->max_splits = std::max(0, std::atoi(senv));
-  if (const char* menv = host_env("DSV4_CUDA_MIN_SPLITS")) p->min_splits = std::max(0, std::atoi(menv));
+  if (senv != nullptr) rp.max_splits = std::max(0, std::atoi(senv));
+  if (const char* menv = host_env("DSV4_CUDA_MIN_SPLITS")) rp.min_splits = std::max(0, std::atoi(menv));
   p->log_runs = host_env("DSV4_CUDA_LOG_RUNS") != nullptr && !host_env_off("DSV4_CUDA_LOG_RUNS");
-  if (kenv != nullptr && std::strcmp(kenv, "small") == 0) p->force_sm90_narrow = 1;
-  if (kenv != nullptr && std::strcmp(kenv, "small32") == 0) p->force_sm90_narrow = 2;
-  if (kenv != nullptr && std::strcmp(kenv, "wgmma") == 0) p->force_sm90_narrow = -1;
+  if (kenv != nullptr && std::strcmp(kenv, "small") == 0) rp.force_sm90_narrow = 1;
+  if (kenv != nullptr && std::strcmp(kenv, "small32") == 0) rp.force_sm90_narrow = 2;
+  if (kenv != nullptr && std::strcmp(kenv, "wgmma") == 0) rp.force_sm90_narrow = -1;
   // DSV4_CUDA_CHUNK=32 asks for the small-shared-memory mma.sync variant: no Hopper kernel either.
   const bool never_sm90 = (kenv != nullptr && std::strcmp(kenv, "mma") == 0) || force_small;
   const bool hopper = !never_sm90 && p->ctx->cc_major == 9 && o.head_dim_qk == kHeadDim &&
@@ -390,41 +271,30 @@ dsv4_status size_plan(plan* p) {
   const bool stage_ok = !host_env_off("DSV4_CUDA_SMALL_STAGE");
   // DSV4_CUDA_SMALL_H8=0 (A/B runs, tests) keeps 1..8 heads on the 16-head tile's consumer.
   const bool h8_ok = !host_env_off("DSV4_CUDA_SMALL_H8");
-  auto small_tiling = [&](tiling* t, int tile_rows, double chunk_cost, double cta_cost) {
+  // The small-head kernel's tiles of `tile_rows` (16 or 32) heads per CTA: the plan's own tiling
+  // (1..32 heads), or narrow tiles of a plan of more heads.
+  auto small_tiling = [&](tiling* t, int tile_rows, bool narrow_of_wider) {
     const cudaError_t cerr = attention_sm90_small_configure();
     if (cerr != cudaSuccess) return cuda_fail(cerr, "plan: cudaFuncSetAttribute (sm90 small)");
-    t->head_tiles = tile_rows / kMmaRows;
-    t->head_groups = (o.num_heads + tile_rows - 1) / tile_rows;
+    *t = small_tiles(tile_rows, o.num_heads, layout, narrow_of_wider);
     t->small_staged = stage_ok && small_staged_applies(t->head_tiles, layout) &&
                       attention_sm90_small_smem_bytes(t->head_tiles, layout, true) <= p->ctx->smem_optin;
     t->smem_bytes = attention_sm90_small_smem_bytes(t->head_tiles, layout, t->small_staged);
     t->small_heads8 = h8_ok && tile_rows == kMmaRows && o.num_heads <= kMmaRows / 2;
-    t->ctas_per_sm = 1;
-    t->chunk_cost = chunk_cost;
-    t->cta_cost = cta_cost;
-    t->sm90_small = true;
     return DSV4_STATUS_OK;
   };
   if (small_ok && o.num_heads <= 2 * kMmaRows) {
     // 1..32 heads: 16- or 32-head tiles fed by two producer warpgroups (H200, CONFIG1 shapes at b=64
     // against the mma.sync kernel: see docs/performance.md).
-    const dsv4_status sst = small_tiling(&p->sm90, o.num_heads <= kMmaRows ? kMmaRows : 2 * kMmaRows, 0.45, 1.5);
+    const dsv4_status sst = small_tiling(&rp.sm90, o.num_heads <= kMmaRows ? kMmaRows : 2 * kMmaRows, false);
     if (sst != DSV4_STATUS_OK) return sst;
   } else if (hopper && o.num_heads > 2 * kMmaRows && attention_sm90_smem_bytes() <= p->ctx->smem_optin &&
              attention_sm90_compiled()) {
     const cudaError_t serr = attention_sm90_configure();
     if (serr != cudaSuccess) return cuda_fail(serr, "plan: cudaFuncSetAttribute (sm90)");
-    tiling& h = p->sm90;
-    h.head_tiles = kSm90Heads / kMmaRows;
-    h.head_groups = (o.num_heads + kSm90Heads - 1) / kSm90Heads;
+    tiling& h = rp.sm90;
+    h = wgmma_tiles(o.num_heads, layout);
     h.smem_bytes = attention_sm90_smem_bytes();
-    h.ctas_per_sm = 1;
-    // Per-chunk time relative to the mma.sync 64-head tile (H200, CONFIG1 b=64: FP8 69.5 vs 88.3 us,
-    // bf16 49.5 vs 81.1 us; pairs count as two CTAs, as the mma.sync kernel's two head groups do).
-    // CTA pairs (> 64 heads) share each FP8 chunk's conversion: CONFIG2 b=32 (128 pairs' CTAs of 18
-    // chunks, one wave) takes 69.1 us, 0.62 a chunk.
-    h.chunk_cost = o.swa_cache.layout == DSV4_KV_LAYOUT_BF16 ? 0.6 : o.num_heads > kSm90Heads ? 0.62 : 0.78;
-    h.sm90 = true;
     // Persistent CTAs for runs of more work items than the device holds. DSV4_CUDA_PERSISTENT (A/B
     // runs, tests): 0 = one CTA per item; n > 0 = at most n CTAs, looping over items.
     const cudaError_t rerr = attention_sm90_resident(p->ctx->sm_count, h.resident);
@@ -436,40 +306,22 @@ dsv4_status size_plan(plan* p) {
       h.persistent_forced = cap > 0;
     }
     if (small_ok) {
-      // The small-head kernel's tiles for runs that do not fill the device with 64-head CTAs. Costs
-      // fitted on an H200 to CONFIG1-4 at b = 2..32 (docs/performance.md, round 42). FP8: a CTA's
-      // start is ~6 us (2.1 chunks); a 32-head chunk ~2.8 us (0.52), ~2.6 us (0.47) where three or
-      // four head groups share each row through the L2. CONFIG4 b=2 20.3 -> 19.6 us (6 splits of
-      // 32-head tiles), CONFIG1 b=32 45.3 -> 36.2 (one split of 32-head tiles). bf16 rows are
-      // copied, not converted: 16-head tiles start sooner (fitted at b = 2) and 32-head tiles gain
-      // nothing over them or the wgmma kernel (bf16 CONFIG1 / CONFIG2 b=2: 14.6 / 18.6 us against
-      // 13.8 / 17.7), so bf16 runs take them only when DSV4_CUDA_KERNEL=small32 asks.
-      const bool bf16 = layout == DSV4_KV_LAYOUT_BF16;
-      dsv4_status nst = small_tiling(&p->sm90_narrow[0], kMmaRows, 0.52, bf16 ? 0.5 : 2.1);
-      const bool shared_rows = o.num_heads > 4 * kMmaRows;
-      if (nst == DSV4_STATUS_OK) nst = small_tiling(&p->sm90_narrow[1], 2 * kMmaRows, shared_rows ? 0.47 : 0.52, 2.1);
+      // The small-head kernel's 16- and 32-head tiles for runs that do not fill the device with
+      // 64-head CTAs (their costs: planner.cpp).
+      dsv4_status nst = small_tiling(&rp.sm90_narrow[0], kMmaRows, true);
+      if (nst == DSV4_STATUS_OK) nst = small_tiling(&rp.sm90_narrow[1], 2 * kMmaRows, true);
       if (nst != DSV4_STATUS_OK) return nst;
-      p->sm90_narrow[1].forced_only = bf16;
     }
   }
-  // Partials: the largest tokens x splits over every T <= max_tokens that uses more than one split
-  // (any tiling; the partials' layout does not depend on it).
-  size_t rows = 0;
-  const int64_t t_max =
-      std::min<int64_t>(o.max_tokens, 4LL * p->ctx->sm_count * std::max(p->ctas_per_sm, p->narrow.ctas_per_sm));
-  for (int64_t t = 1; t <= t_max; ++t) {
-    for (int sm90_ok = 0; sm90_ok < 2; ++sm90_ok) {
-      split_plan s;
-      choose_tiling(*p, t, sm90_ok != 0, &s);
-      if (s.splits > 1) rows = std::max(rows, static_cast<size_t>(t) * static_cast<size_t>(s.splits));
-    }
-  }
+  // Partials: the largest tokens x splits of any run (any tiling; the partials' layout does not
+  // depend on it).
+  const size_t rows = max_partial_rows(rp, o.max_tokens);
   p->partial_rows = rows;
   p->workspace_bytes = align_up(p->lists_bytes);
   if (rows > 0) p->workspace_bytes += partial_bytes_o(rows, o.num_heads) + partial_bytes_ml(rows, o.num_heads);
   // The caller's workspace need not be aligned: keep room to align its start to kAlign.
   if (p->workspace_bytes > 0) p->workspace_bytes += kAlign;
-  const tiling named = p->sm90.head_tiles != 0 ? p->sm90 : wide_tiling(*p);
+  const tiling& named = rp.sm90.head_tiles != 0 ? rp.sm90 : rp.wide;
   std::snprintf(p->kernel, sizeof p->kernel, "cuda-%s-bf16-h%d-k%d/%s", tiling_kernel(named), tiling_heads(named),
                 chunk, o.mode == DSV4_MODE_PAGED ? "paged" : "explicit");
   return DSV4_STATUS_OK;
@@ -505,7 +357,7 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   a.head_dim_qk = o.head_dim_qk;
   const bool caches_aligned = aligned16(run.swa_cache) && aligned16(run.extra_cache);
   split_plan sp;
-  const tiling tl = choose_tiling(p, run.num_tokens, caches_aligned, &sp);
+  const tiling tl = choose_tiling(p.planner, run.num_tokens, caches_aligned, &sp);
   a.head_tiles = tl.head_tiles;
   a.head_groups = tl.head_groups;
   a.chunk_keys = p.chunk_keys;
@@ -702,7 +554,8 @@ dsv4_status slot_plan_create(void* mctx, const dsv4_plan_options* options, void*
     st = size_plan(p.get());
     if (st != DSV4_STATUS_OK) return st;
     log_debug("plan: %s, %d heads in %d group(s), lists %d + %d, %zu B shared, workspace %zu B", p->kernel,
-              p->options.num_heads, p->head_groups, p->width[0], p->width[1], p->smem_bytes, p->workspace_bytes);
+              p->options.num_heads, p->planner.wide.head_groups, p->width[0], p->width[1], p->planner.wide.smem_bytes,
+              p->workspace_bytes);
     *out_mplan = p.release();
     return DSV4_STATUS_OK;
   });
