@@ -1125,12 +1125,14 @@ std::vector<explicit_case> explicit_cases() {
     c.extra_lengths = false;
     add(c);
   }
-  // The small-head kernel's 16-head tiles for > 32 heads (what the planner picks for runs of few
-  // tokens): several head groups per token, a partial last group, splits, every layout.
-  {
+  // The small-head kernel's 16- and 32-head tiles for > 32 heads (what the planner picks for runs of
+  // few tokens and for medium runs): several head groups per token, partial last groups (120 heads
+  // = 7 x 16 + 8 = 3 x 32 + 24, 40 = 2 x 16 + 8 = 32 + 8), splits, every layout.
+  for (const bool tiles32 : {false, true}) {
+    const std::string prefix = tiles32 ? "sm90s-wide32-" : "sm90s-wide-";
     explicit_case c;
-    c.name = "sm90s-wide-v4-h64";
-    c.kernel = "small";
+    c.name = prefix + "v4-h64";
+    c.kernel = tiles32 ? "small32" : "small";
     c.special_rows = true;
     c.batch = 1;
     c.topk = 448;
@@ -1139,47 +1141,23 @@ std::vector<explicit_case> explicit_cases() {
     c.extra_block = 2;
     c.extra_slots = 2048;
     add(c);
-    c.name = "sm90s-wide-bf16-h120-sq1";
+    if (tiles32) {
+      c.block = 37;  // here and in the cases below
+      explicit_case g = c;
+      g.name = prefix + "v4-h128-b5-graph";
+      g.heads = 128;
+      g.batch = 5;
+      g.graph = true;
+      add(g);
+    }
+    c.name = prefix + "bf16-h120-sq1";
     c.layout = c.extra_layout = DSV4_KV_LAYOUT_BF16;
     c.special_rows = false;
     c.heads = 120;
     c.seq_q = 1;
     c.batch = 3;
     add(c);
-    c.name = "sm90s-wide-per-tensor-fp8-q-h40";
-    per_tensor_fp8_q(c);
-    c.heads = 40;
-    add(c);
-  }
-  // The same runs on the small-head kernel's 32-head tiles (what the planner picks for medium runs
-  // of > 32 heads): two to four head groups, partial last groups (120 = 3 x 32 + 24, 40 = 32 + 8).
-  {
-    explicit_case c;
-    c.name = "sm90s-wide32-v4-h64";
-    c.kernel = "small32";
-    c.special_rows = true;
-    c.batch = 1;
-    c.topk = 448;
-    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
-    c.extra_topk = 512;
-    c.extra_block = 2;
-    c.extra_slots = 2048;
-    add(c);
-    c.name = "sm90s-wide32-v4-h128-b5-graph";
-    c.heads = 128;
-    c.batch = 5;
-    c.block = 37;
-    c.graph = true;
-    add(c);
-    c.name = "sm90s-wide32-bf16-h120-sq1";
-    c.layout = c.extra_layout = DSV4_KV_LAYOUT_BF16;
-    c.special_rows = false;
-    c.graph = false;
-    c.heads = 120;
-    c.seq_q = 1;
-    c.batch = 3;
-    add(c);
-    c.name = "sm90s-wide32-per-tensor-fp8-q-h40";
+    c.name = prefix + "per-tensor-fp8-q-h40";
     per_tensor_fp8_q(c);
     c.heads = 40;
     add(c);
