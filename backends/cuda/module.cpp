@@ -207,8 +207,7 @@ dsv4_status check_plan(plan* p) {
 // allows; fewer heads than 16 per tile are computed as a padded tile (no memory traffic for them).
 dsv4_status size_plan(plan* p) {
   const dsv4_plan_options& o = p->options;
-  int tiles = std::min(kMaxHeadTiles, (o.num_heads + kMmaRows - 1) / kMmaRows);
-  if (tiles == 3) tiles = 4;
+  int tiles = mma_head_tiles(o.num_heads);
   // DSV4_CUDA_CHUNK=32 forces the small-chunk variant (tests run it on large-memory GPUs).
   const char* env = host_env("DSV4_CUDA_CHUNK");
   const bool force_small = env != nullptr && std::atoi(env) == kSmallChunkKeys;
@@ -280,13 +279,13 @@ dsv4_status size_plan(plan* p) {
     t->small_staged = stage_ok && small_staged_applies(t->head_tiles, layout) &&
                       attention_sm90_small_smem_bytes(t->head_tiles, layout, true) <= p->ctx->smem_optin;
     t->smem_bytes = attention_sm90_small_smem_bytes(t->head_tiles, layout, t->small_staged);
-    t->small_heads8 = h8_ok && tile_rows == kMmaRows && o.num_heads <= kMmaRows / 2;
+    t->small_heads8 = t->small_heads8 && h8_ok;
     return DSV4_STATUS_OK;
   };
   if (small_ok && o.num_heads <= 2 * kMmaRows) {
     // 1..32 heads: 16- or 32-head tiles fed by two producer warpgroups (H200, CONFIG1 shapes at b=64
     // against the mma.sync kernel: see docs/performance.md).
-    const dsv4_status sst = small_tiling(&rp.sm90, o.num_heads <= kMmaRows ? kMmaRows : 2 * kMmaRows, false);
+    const dsv4_status sst = small_tiling(&rp.sm90, small_tile_rows(o.num_heads), false);
     if (sst != DSV4_STATUS_OK) return sst;
   } else if (hopper && o.num_heads > 2 * kMmaRows && attention_sm90_smem_bytes() <= p->ctx->smem_optin &&
              attention_sm90_compiled()) {

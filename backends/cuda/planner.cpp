@@ -95,6 +95,11 @@ namespace {
 int groups(int num_heads, int heads_per_cta) { return (num_heads + heads_per_cta - 1) / heads_per_cta; }
 }  // namespace
 
+int mma_head_tiles(int num_heads) {
+  const int tiles = std::min(kMaxHeadTiles, groups(num_heads, kMmaRows));
+  return tiles == 3 ? 4 : tiles;
+}
+
 tiling mma_tiles(int head_tiles, int num_heads, bool narrow) {
   tiling t;
   t.head_tiles = head_tiles;
@@ -117,12 +122,15 @@ tiling wgmma_tiles(int num_heads, uint32_t layout) {
   return t;
 }
 
+int small_tile_rows(int num_heads) { return num_heads <= kMmaRows ? kMmaRows : 2 * kMmaRows; }
+
 tiling small_tiles(int tile_rows, int num_heads, uint32_t layout, bool narrow_of_wider) {
   const bool bf16 = layout == DSV4_KV_LAYOUT_BF16;
   tiling t;
   t.head_tiles = tile_rows / kMmaRows;
   t.head_groups = groups(num_heads, tile_rows);
   t.sm90_small = true;
+  t.small_heads8 = tile_rows == kMmaRows && num_heads <= kMmaRows / 2;
   if (!narrow_of_wider) {
     // 1..32 heads (CONFIG1 shapes at b=64 against the mma.sync kernel).
     t.chunk_cost = 0.45;

@@ -75,13 +75,19 @@ size_t max_partial_rows(const run_planner& p, int64_t max_tokens);
 // The tilings' geometry and fitted costs for `num_heads` heads; module.cpp adds what the device
 // tells (shared memory, residency, staged rows, persistent CTAs). `layout` is the plan's
 // DSV4_KV_LAYOUT_*.
+// The mma.sync kernel's 16-head tiles per CTA for `num_heads` heads where shared memory allows:
+// up to 4, and 4 for three (the kernel is built for 1, 2 and 4).
+int mma_head_tiles(int num_heads);
 // The mma.sync kernel's tiles of `head_tiles` 16-head tiles: the plan's own (`narrow` false), or the
 // 32-head tiles of a 64-head plan.
 tiling mma_tiles(int head_tiles, int num_heads, bool narrow);
 // The Hopper wgmma kernel's 64-head CTAs (pairs for > 64 heads).
 tiling wgmma_tiles(int num_heads, uint32_t layout);
+// The Hopper small-head kernel's tile rows (16 or 32) for a plan of 1..32 heads.
+int small_tile_rows(int num_heads);
 // The Hopper small-head kernel's tiles of `tile_rows` (16 or 32) heads: the plan's own for 1..32
-// heads (`narrow_of_wider` false), or narrow tiles of a plan of more heads.
+// heads (`narrow_of_wider` false), or narrow tiles of a plan of more heads. 16-head tiles of 1..8
+// heads use the 8-head consumer (small_heads8).
 tiling small_tiles(int tile_rows, int num_heads, uint32_t layout, bool narrow_of_wider);
 
 // A tiling's kernel and heads per CTA: the plan's kernel name gives those of its widest tiling;

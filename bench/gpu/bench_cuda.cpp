@@ -418,7 +418,8 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   CUDA_OK(cudaDeviceSynchronize());
   m.iface->plan_destroy(logging);
   const std::string& logged = last_log();  // "run: T tokens, <tiling and splits>"
-  if (logged.rfind("run: ", 0) == 0 && logged.find(", ") != std::string::npos) res.run = logged.substr(logged.find(", ") + 2);
+  const size_t what = logged.rfind("run: ", 0) == 0 ? logged.find(", ") : std::string::npos;
+  if (what != std::string::npos) res.run = logged.substr(what + 2);
 
   res.us = median(times) * 1000.0f;
   const double secs = res.us * 1e-6;

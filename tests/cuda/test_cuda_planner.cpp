@@ -25,14 +25,12 @@ run_planner make_planner(int heads, int chunks, uint32_t layout, bool hopper, in
   p.sm_count = sms;
   p.num_heads = heads;
   p.total_chunks = chunks;
-  int tiles = std::min(4, (heads + 15) / 16);
-  if (tiles == 3) tiles = 4;
+  const int tiles = mma_head_tiles(heads);
   p.wide = mma_tiles(tiles, heads, false);
   if (tiles == 4) p.narrow = mma_tiles(2, heads, true);
   if (!hopper) return p;
   if (heads <= 32) {
-    p.sm90 = small_tiles(heads <= 16 ? 16 : 32, heads, layout, false);
-    p.sm90.small_heads8 = heads <= 8;
+    p.sm90 = small_tiles(small_tile_rows(heads), heads, layout, false);
   } else {
     p.sm90 = wgmma_tiles(heads, layout);
     p.sm90_narrow[0] = small_tiles(16, heads, layout, true);
