@@ -808,14 +808,6 @@ void set_cluster_pairs(cudaLaunchConfig_t* cfg, cudaLaunchAttribute* attr) {
   cfg->numAttrs = 1;
 }
 
-// Whether every work item runs the same chunks: dense lists without per-row lengths.
-bool uniform_items(const attention_params& p) {
-  for (const dsv4_mod_index_list& l : p.list) {
-    if (l.indices != nullptr && (l.format != DSV4_INDEX_DENSE || l.lengths != nullptr)) return false;
-  }
-  return true;
-}
-
 // One CTA (pair) per work item; or, for runs of uniform items (or p.persistent_forced) at least
 // kPersistentWaves times as many as the device holds at once, and a tensor-map Q, as many persistent
 // CTAs as it holds, each looping over items in a fixed order: an item's Q and first rows load while
@@ -836,9 +828,16 @@ cudaError_t launch_layout(const attention_params& p, const CUtensorMap& q_map, i
   const bool persistent = q_tma != 0 && resident > 0 && (p.persistent_forced != 0 || uniform_items(p)) &&
                           cfg->gridDim.x >= kPersistentWaves * static_cast<unsigned>(resident);
   if (persistent) cfg->gridDim.x = static_cast<unsigned>(resident);
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
+  if (pairs) set_cluster_pairs(cfg, attr);
+  if (p.token_order != nullptr) {
+    // A programmatic dependent of the order's kernel: the CTAs launch while it runs (cta_begin waits).
+    attr[cfg->numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[cfg->numAttrs].val.programmaticStreamSerializationAllowed = 1;
+    cfg->attrs = attr;
+    cfg->numAttrs += 1;
+  }
   if (!pairs) return launch_kernel<L, 1>(p, q_map, q_tma, persistent, cfg);
-  set_cluster_pairs(cfg, attr);
   return launch_kernel<L, kPairs<L> ? 2 : 1>(p, q_map, q_tma, persistent, cfg);
 }
 
@@ -954,9 +953,15 @@ cudaError_t attention_sm90_resident(int sm_count, int resident[2]) {
   return err;
 }
 
-cudaError_t attention_sm90_launch(const attention_params& p, cudaStream_t stream) {
-  if (p.num_tokens <= 0) return cudaSuccess;
-  if (p.head_groups < 1 || p.head_groups > 2) return cudaErrorInvalidValue;
+cudaError_t attention_sm90_launch(const attention_params& run, int32_t* order, cudaStream_t stream) {
+  if (run.num_tokens <= 0) return cudaSuccess;
+  if (run.head_groups < 1 || run.head_groups > 2) return cudaErrorInvalidValue;
+  attention_params p = run;
+  if (order != nullptr) {
+    const cudaError_t oerr = token_order_launch(run, order, stream);
+    if (oerr != cudaSuccess) return oerr;
+    p.token_order = order;
+  }
   cudaLaunchConfig_t cfg = cta_grid_config(p, kThreads, kSmemBytes, stream);
   CUtensorMap q_map{};
   const int q_tma = encode_q_map(p, &q_map) ? 1 : 0;

@@ -71,12 +71,30 @@ struct attention_params {
   const float* attn_sink;
   float* partial_o;           // [T][splits][H][512] fp32, unnormalised (num_splits > 1)
   float* partial_ml;          // [T][splits][H][2]: running max (log2 domain) and sum
+  const int32_t* token_order; // [T] or null: the tokens in the order their CTAs launch (token_order.cu)
 };
 
 // Work items of a launch, one CTA each unless persistent: (token, key split, head group) triples.
 DSV4_HD int64_t item_count(const attention_params& p) {
   return static_cast<int64_t>(p.num_tokens) * p.head_groups * p.num_splits;
 }
+
+// Whether every token runs the same chunks: dense lists without per-row lengths (paged lists always
+// have lengths).
+inline bool uniform_items(const attention_params& p) {
+  for (const dsv4_mod_index_list& l : p.list) {
+    if (l.indices != nullptr && (l.format != DSV4_INDEX_DENSE || l.lengths != nullptr)) return false;
+  }
+  return true;
+}
+
+// Longest tokens first (token_order.cu): for runs of uneven tokens over several waves of CTAs, the
+// tokens sorted by their chunk counts, longest first, ties in token order, so that the hardware's
+// in-order CTA dispatch runs the longest ones first and the waves end together (LPT scheduling).
+// For lists of at most kOrderMaxChunks chunks (the sort's buckets live in shared memory).
+constexpr int kOrderMaxChunks = 255;
+// Enqueues the order of run p's tokens into order[T] (p.token_order is not read).
+cudaError_t token_order_launch(const attention_params& p, int32_t* order, cudaStream_t stream);
 
 // Bytes of a chunk's staging buffer for the caches in use (a pseudo-block of `chunk` entries).
 size_t attention_stage_bytes(uint32_t main_layout, uint32_t extra_layout, int chunk);
@@ -103,7 +121,9 @@ cudaError_t attention_sm90_configure();
 // CTAs of the wgmma kernel the device holds at once: resident[0] single, resident[1] in pairs (after
 // attention_sm90_configure).
 cudaError_t attention_sm90_resident(int sm_count, int resident[2]);
-cudaError_t attention_sm90_launch(const attention_params& p, cudaStream_t stream);
+// `order` (or nullptr): a buffer of num_tokens entries; the run's CTAs then take its tokens longest
+// first (token_order_launch enqueues the order before the attention kernel, whose CTAs wait for it).
+cudaError_t attention_sm90_launch(const attention_params& p, int32_t* order, cudaStream_t stream);
 
 // Hopper kernel for 1..32 heads, attention_sm90_small.cu: 16- or 32-head tiles (head_tiles 1 or 2),
 // mma.sync, two producer warpgroups; the layouts, alignment and image check of the kernel above.

@@ -103,6 +103,7 @@ struct plan {
   size_t stage_bytes = 0;
   size_t lists_bytes = 0;       // paged: the list builders' workspace (paged_workspace layout)
   size_t partial_rows = 0;      // (token, split) rows of partials the workspace holds
+  size_t order_offset = 0;      // wgmma plans: the token order's [max_tokens] int32 in the workspace
   size_t workspace_bytes = 0;
   bool log_runs = false;        // DSV4_CUDA_LOG_RUNS=1: each run logs its tiling and splits (debug level)
   char kernel[128] = {0};
@@ -254,6 +255,7 @@ dsv4_status size_plan(plan* p) {
   if (senv != nullptr) rp.max_splits = std::max(0, std::atoi(senv));
   if (const char* menv = host_env("DSV4_CUDA_MIN_SPLITS")) rp.min_splits = std::max(0, std::atoi(menv));
   p->log_runs = host_env("DSV4_CUDA_LOG_RUNS") != nullptr && !host_env_off("DSV4_CUDA_LOG_RUNS");
+  if (const char* v = host_env("DSV4_CUDA_ORDER")) rp.order = std::strcmp(v, "0") == 0 ? -1 : 1;
   if (kenv != nullptr && std::strcmp(kenv, "small") == 0) rp.force_sm90_narrow = 1;
   if (kenv != nullptr && std::strcmp(kenv, "small32") == 0) rp.force_sm90_narrow = 2;
   if (kenv != nullptr && std::strcmp(kenv, "wgmma") == 0) rp.force_sm90_narrow = -1;
@@ -318,6 +320,11 @@ dsv4_status size_plan(plan* p) {
   p->partial_rows = rows;
   p->workspace_bytes = align_up(p->lists_bytes);
   if (rows > 0) p->workspace_bytes += partial_bytes_o(rows, o.num_heads) + partial_bytes_ml(rows, o.num_heads);
+  // The wgmma kernel's token order (longest first), for runs of uneven tokens.
+  if (rp.sm90.sm90) {
+    p->order_offset = align_up(p->workspace_bytes);
+    p->workspace_bytes = p->order_offset + align_up(static_cast<size_t>(o.max_tokens) * sizeof(int32_t));
+  }
   // The caller's workspace need not be aligned: keep room to align its start to kAlign.
   if (p->workspace_bytes > 0) p->workspace_bytes += kAlign;
   const tiling& named = rp.sm90.head_tiles != 0 ? rp.sm90 : rp.wide;
@@ -438,9 +445,10 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
 
   a.num_splits = sp.splits;
   a.chunks_per_split = sp.chunks_per_split;
+  const bool ordered = order_tokens(p.planner, tl, run.num_tokens, sp.splits, !uniform_items(a));
   if (p.log_runs)
-    log_debug("run: %d tokens, %s h%d tiles, %d split(s) of %d chunk(s)", run.num_tokens, tiling_kernel(tl),
-              tiling_heads(tl), sp.splits, sp.chunks_per_split);
+    log_debug("run: %d tokens, %s h%d tiles, %d split(s) of %d chunk(s)%s", run.num_tokens, tiling_kernel(tl),
+              tiling_heads(tl), sp.splits, sp.chunks_per_split, ordered ? ", tokens longest first" : "");
   if (sp.splits > 1) {
     const size_t rows = static_cast<size_t>(run.num_tokens) * static_cast<size_t>(sp.splits);
     if (rows > p.partial_rows)
@@ -449,7 +457,8 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
     a.partial_o = reinterpret_cast<float*>(part);
     a.partial_ml = reinterpret_cast<float*>(part + partial_bytes_o(p.partial_rows, o.num_heads));
   }
-  const cudaError_t err = tl.sm90         ? attention_sm90_launch(a, stream)
+  int32_t* order = ordered ? reinterpret_cast<int32_t*>(ws + p.order_offset) : nullptr;
+  const cudaError_t err = tl.sm90         ? attention_sm90_launch(a, order, stream)
                           : tl.sm90_small ? attention_sm90_small_launch(a, stream)
                                           : attention_launch(a, tl.smem_bytes, stream);
   if (err != cudaSuccess) return cuda_fail(err, "run: attention launch");

@@ -91,6 +91,16 @@ size_t max_partial_rows(const run_planner& p, int64_t max_tokens) {
   return rows;
 }
 
+bool order_tokens(const run_planner& p, const tiling& tl, int64_t tokens, int splits, bool uneven) {
+  if (!tl.sm90 || tl.persistent_forced || p.order < 0 || !uneven || splits != 1 || p.total_chunks > kOrderMaxChunks)
+    return false;
+  if (p.order > 0) return true;
+  // CTAs (pairs count as two) the device holds at once.
+  const int held = tl.head_groups == 2 ? tl.resident[1] : tl.resident[0];
+  const int64_t slots = held > 0 ? held : static_cast<int64_t>(std::max(1, p.sm_count)) * tl.ctas_per_sm;
+  return tokens * tl.head_groups > slots;
+}
+
 namespace {
 int groups(int num_heads, int heads_per_cta) { return (num_heads + heads_per_cta - 1) / heads_per_cta; }
 }  // namespace

@@ -61,6 +61,9 @@ struct run_planner {
   int force_sm90_narrow = 0;
   int max_splits = 0;  // DSV4_CUDA_MAX_SPLITS (tuning runs): no more key splits; 0: none
   int min_splits = 0;  // DSV4_CUDA_MIN_SPLITS (tuning runs): no fewer, where the partials fit
+  // DSV4_CUDA_ORDER (A/B runs, tests): -1 = "0" (tokens never reordered), 1 = "1" (every run that
+  // can be), 0 = the default (order_tokens).
+  int order = 0;
 };
 
 // Key splits for `tokens` tokens on tiling `tl` (see planner.cpp for the model).
@@ -71,6 +74,12 @@ tiling choose_tiling(const run_planner& p, int64_t tokens, bool sm90_ok, split_p
 // The most (token, split) rows of partials any run of 1..max_tokens tokens uses, on any tiling: what
 // the plan's workspace holds (a run needing more would fail).
 size_t max_partial_rows(const run_planner& p, int64_t max_tokens);
+
+// Whether a run of `tokens` tokens on tiling `tl` with `splits` key splits hands its CTAs their
+// tokens longest first (kernels.h, token_order_launch): the wgmma kernel's one-split runs of uneven
+// tokens (`uneven`: per-row lengths or CSR rows) over more than one wave of CTAs, with lists of at
+// most kOrderMaxChunks chunks. Persistent CTAs (DSV4_CUDA_PERSISTENT) keep their fixed order.
+bool order_tokens(const run_planner& p, const tiling& tl, int64_t tokens, int splits, bool uneven);
 
 // The tilings' geometry and fitted costs for `num_heads` heads; module.cpp adds what the device
 // tells (shared memory, residency, staged rows, persistent CTAs). `layout` is the plan's

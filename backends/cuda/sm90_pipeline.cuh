@@ -598,10 +598,12 @@ __device__ __forceinline__ void load_q_unit(const attention_params& p, uint8_t* 
 
 // Work item `item` (one per CTA, or a persistent CTA's item blockIdx.x + k gridDim.x) -> (token,
 // key split, head group of `heads_per_cta` heads), group fastest (the launch order of both kernels).
+// With p.token_order the item's token is taken from it (longest tokens first).
 __device__ __forceinline__ void set_item(cta_state& st, const attention_params& p, int64_t item, int heads_per_cta) {
   const int group = static_cast<int>(item % p.head_groups);
   st.split = static_cast<int>((item / p.head_groups) % p.num_splits);
   st.t = item / (static_cast<int64_t>(p.head_groups) * p.num_splits);
+  if (p.token_order != nullptr) st.t = __ldcg(p.token_order + st.t);
   st.head0 = group * heads_per_cta;
   st.c_begin = st.split * p.chunks_per_split;
 }
@@ -614,6 +616,8 @@ __device__ __forceinline__ void cta_begin(cta_state& st, uint8_t* smem_raw, cons
   st.smem = smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u);
   st.base = smem_addr(st.smem);
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  // An ordered launch is a programmatic dependent of the kernel that writes the order: wait for it.
+  if (p.token_order != nullptr) asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #if defined(DSV4_SM90_TRACE)
   if (threadIdx.x == 0) {
     if (uint32_t* r = trace::record()) {

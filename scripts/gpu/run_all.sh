@@ -16,7 +16,7 @@ IFS=';' read -r -a PROFILE_FILTERS <<<"${PROFILE:-CONFIG1 b=64;prefill h64 topk 
 [ ${#STEPS[@]} -eq 0 ] && STEPS=(test bench)
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
-MODULE_SOURCES=(module.cpp planner.cpp attention.cu attention_sm90.cu attention_sm90_small.cu paged_kv.cu)
+MODULE_SOURCES=(module.cpp planner.cpp attention.cu attention_sm90.cu attention_sm90_small.cu paged_kv.cu token_order.cu)
 # build_module OUTPUT.so LOG [nvcc flags...]: the module's sources compiled in parallel, then linked.
 build_module() {
   local so=$1 logf=$2

@@ -54,6 +54,8 @@ struct explicit_case {
   int max_splits = 0;            // DSV4_CUDA_MAX_SPLITS (0: the planner's choice)
   bool graph = false;            // also check graph capture and replay
   int persistent = -1;           // DSV4_CUDA_PERSISTENT: at most this many wgmma CTAs, looping (-1: unset)
+  int order = -1;                // DSV4_CUDA_ORDER: 1 tokens longest first wherever possible (-1: unset)
+  bool expect_order = false;     // the run must hand its CTAs their tokens longest first (its log says so)
   bool lone_nan_key = false;     // token 0's main list: one valid entry, a NaN row (dense lists)
 };
 
@@ -68,6 +70,15 @@ struct scoped_env {
     for (const std::string& n : names) unsetenv(n.c_str());
   }
 };
+
+// A case that expects its run to take its tokens longest first (DSV4_CUDA_LOG_RUNS=1 set for its
+// plan) checks the run's log line.
+bool check_ordered(const std::string& name, bool expected) {
+  if (!expected || last_log().find("longest first") != std::string::npos) return true;
+  std::printf("FAIL %s: the run did not take its tokens longest first (log: \"%s\")\n", name.c_str(),
+              last_log().c_str());
+  return false;
+}
 
 struct context_holder {
   const dsv4_backend_iface* iface;
@@ -480,6 +491,8 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
     if (c.no_heads8) env.set("DSV4_CUDA_SMALL_H8", "0");
     if (c.max_splits > 0) env.set("DSV4_CUDA_MAX_SPLITS", std::to_string(c.max_splits));
     if (c.persistent >= 0) env.set("DSV4_CUDA_PERSISTENT", std::to_string(c.persistent));
+    if (c.order >= 0) env.set("DSV4_CUDA_ORDER", std::to_string(c.order));
+    if (c.expect_order) env.set("DSV4_CUDA_LOG_RUNS", "1");
     plan_ptr = std::make_unique<plan_holder>(m.iface, ctx, P.options);
   }
   plan_holder& plan = *plan_ptr;
@@ -494,8 +507,10 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
   CUDA_OK(cudaMemset(P.d_out.p, 0xff, P.d_out.bytes));
   CUDA_OK(cudaMemset(P.d_lse.p, 0xff, P.d_lse.bytes));
   CUDA_OK(cudaMemset(P.d_ml.p, 0xff, P.d_ml.bytes));
+  last_log().clear();
   DSV4_OK(m.iface->run(plan.plan, &P.run));
   CUDA_OK(cudaDeviceSynchronize());
+  if (!check_ordered(c.name, c.expect_order)) return false;
   std::vector<double> out, lse, ml;
   download_results(P, T, c.heads, c.seq_q, &out, &lse, &ml);
   if (!check_against_reference(P.ref, out, lse, ml, c.name)) return false;
@@ -560,6 +575,7 @@ struct paged_case {
   int index_topk = 64;
   int64_t max_model_len = 4096;
   int padding_tokens = 3;      // extra tokens beyond the last request
+  bool order = false;          // DSV4_CUDA_ORDER=1 on the wgmma kernel, one split: tokens longest first
 };
 
 bool run_paged_case(const module& m, void* ctx, const paged_case& c) {
@@ -672,7 +688,18 @@ bool run_paged_case(const module& m, void* ctx, const paged_case& c) {
   o.max_requests = R;
   o.max_swa_blocks_per_request = swa_cols;
   o.max_cmp_blocks_per_request = static_cast<int32_t>(std::max<int64_t>(1, b.cmp_bt_cols));
-  plan_holder plan(m.iface, ctx, o);
+  std::unique_ptr<plan_holder> plan_ptr;
+  {
+    scoped_env env;
+    if (c.order) {
+      env.set("DSV4_CUDA_ORDER", "1");
+      env.set("DSV4_CUDA_KERNEL", "wgmma");
+      env.set("DSV4_CUDA_MAX_SPLITS", "1");
+      env.set("DSV4_CUDA_LOG_RUNS", "1");
+    }
+    plan_ptr = std::make_unique<plan_holder>(m.iface, ctx, o);
+  }
+  plan_holder& plan = *plan_ptr;
 
   dbuf d_q(q.size() * 2), d_swa(swa.bytes.size()), d_cmp(std::max<size_t>(1, cmp.bytes.size())), d_sink(H * 4);
   d_q.upload(q);
@@ -725,8 +752,10 @@ bool run_paged_case(const module& m, void* ctx, const paged_case& c) {
   }
   r.workspace = static_cast<uint8_t*>(d_ws.p) + 8;  // not 16-byte aligned on purpose
   r.workspace_bytes = plan.workspace;
+  last_log().clear();
   DSV4_OK(m.iface->run(plan.plan, &r));
   CUDA_OK(cudaDeviceSynchronize());
+  if (!check_ordered(c.name, c.order)) return false;
 
   const auto o16 = d_out.download<uint16_t>(static_cast<size_t>(T) * H * 512);
   std::vector<double> out(o16.size());
@@ -1125,6 +1154,47 @@ std::vector<explicit_case> explicit_cases() {
     c.extra_lengths = false;
     add(c);
   }
+  // Tokens longest first (token_order.cu): the order forced on runs of one wave (the wgmma kernel,
+  // one split) over every layout, CTA pairs and unpaired 128-head runs, CSR rows, zero lengths, NaN
+  // and extreme rows, graph replay; and the planner's own choice over 300 uneven tokens.
+  {
+    explicit_case c;
+    c.order = 1;
+    c.expect_order = true;
+    c.kernel = "wgmma";
+    c.max_splits = 1;
+    c.name = "order-v4-h64-b20";
+    c.batch = 20;
+    c.topk = 128;
+    c.block = 61;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 512;
+    c.extra_block = 2;
+    c.extra_slots = 2048;
+    c.special_rows = true;
+    c.graph = true;
+    add(c);
+    c.name = "order-v4-h128-pairs-b7";
+    c.heads = 128;
+    c.batch = 7;
+    c.graph = false;
+    add(c);
+    c.name = "order-bf16-h96-csr";
+    c.heads = 96;
+    c.layout = c.extra_layout = DSV4_KV_LAYOUT_BF16;
+    c.special_rows = false;
+    c.csr = true;
+    c.batch = 9;
+    add(c);
+    c = explicit_case{};
+    c.name = "order-default-v4-h64-T300";
+    c.expect_order = true;
+    c.batch = 150;
+    c.topk = 64;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 192;
+    add(c);
+  }
   // The small-head kernel's 16- and 32-head tiles for > 32 heads (what the planner picks for runs of
   // few tokens and for medium runs): several head groups per token, partial last groups (120 heads
   // = 7 x 16 + 8 = 3 x 32 + 24, 40 = 2 x 16 + 8 = 32 + 8), splits, every layout.
@@ -1403,6 +1473,15 @@ std::vector<paged_case> paged_cases() {
   c.prefills = 5;
   c.max_prefill_len = 90;
   c.index_topk = 128;
+  v.push_back(c);
+  c.name = "paged-c4a-h128-prefill-order";
+  c.order = true;
+  v.push_back(c);
+  c = paged_case{};
+  c.name = "paged-c128a-h64-order";
+  c.ratio = 128;
+  c.max_seq = 1500;
+  c.order = true;
   v.push_back(c);
   return v;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/kernels.h"
 #include "cuda/planner.h"
 #include "dsv4_backend.h"
 
@@ -101,6 +102,35 @@ TEST(CudaPlanner, RunsCoverTheirChunksAndFitTheWorkspace) {
                 }
               }
             }
+}
+
+// Tokens longest first: the wgmma kernel's one-split runs of uneven tokens over more than one wave of
+// CTAs (pairs count as two), or any such run when DSV4_CUDA_ORDER=1 asks.
+TEST(CudaPlanner, LongestTokensFirst) {
+  for (int heads : {64, 128}) {
+    SCOPED_TRACE("heads " + std::to_string(heads));
+    run_planner p = make_planner(heads, 18, kFp8, true);
+    p.sm90.resident[0] = 132;
+    p.sm90.resident[1] = 132;
+    const int64_t wave = heads > 64 ? 66 : 132;  // tokens of one wave of CTAs
+    EXPECT_FALSE(order_tokens(p, p.sm90, wave, 1, true));
+    EXPECT_TRUE(order_tokens(p, p.sm90, wave + 1, 1, true));
+    EXPECT_FALSE(order_tokens(p, p.sm90, wave + 1, 1, false));  // uniform tokens
+    EXPECT_FALSE(order_tokens(p, p.sm90, wave + 1, 2, true));   // key splits
+    EXPECT_FALSE(order_tokens(p, p.wide, wave + 1, 1, true));   // the mma.sync kernel
+    EXPECT_FALSE(order_tokens(p, p.sm90_narrow[1], wave + 1, 1, true));
+    tiling forced = p.sm90;
+    forced.persistent_forced = true;  // DSV4_CUDA_PERSISTENT: items in a fixed order
+    EXPECT_FALSE(order_tokens(p, forced, wave + 1, 1, true));
+    p.order = 1;
+    EXPECT_TRUE(order_tokens(p, p.sm90, 1, 1, true));
+    EXPECT_FALSE(order_tokens(p, p.sm90, 1, 1, false));
+    p.order = -1;
+    EXPECT_FALSE(order_tokens(p, p.sm90, 4 * wave, 1, true));
+    p.order = 0;
+    p.total_chunks = kOrderMaxChunks + 1;  // beyond the sort's buckets
+    EXPECT_FALSE(order_tokens(p, p.sm90, 4 * wave, 1, true));
+  }
 }
 
 // The split floor: honoured where the workspace allows it, else the modelled best of what it allows.
