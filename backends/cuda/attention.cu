@@ -878,10 +878,7 @@ cudaError_t combine_launch(const attention_params& p, cudaStream_t stream) {
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  add_programmatic_dependency(&cfg, attr);
   return few ? cudaLaunchKernelEx(&cfg, combine_kernel<true>, p) : cudaLaunchKernelEx(&cfg, combine_kernel<false>, p);
 }
 

@@ -830,13 +830,8 @@ cudaError_t launch_layout(const attention_params& p, const CUtensorMap& q_map, i
   if (persistent) cfg->gridDim.x = static_cast<unsigned>(resident);
   cudaLaunchAttribute attr[2];
   if (pairs) set_cluster_pairs(cfg, attr);
-  if (p.token_order != nullptr) {
-    // A programmatic dependent of the order's kernel: the CTAs launch while it runs (cta_begin waits).
-    attr[cfg->numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[cfg->numAttrs].val.programmaticStreamSerializationAllowed = 1;
-    cfg->attrs = attr;
-    cfg->numAttrs += 1;
-  }
+  // An ordered run follows the order's kernel: its CTAs launch while it runs (cta_begin waits).
+  if (p.token_order != nullptr) add_programmatic_dependency(cfg, attr);
   if (!pairs) return launch_kernel<L, 1>(p, q_map, q_tma, persistent, cfg);
   return launch_kernel<L, kPairs<L> ? 2 : 1>(p, q_map, q_tma, persistent, cfg);
 }

@@ -74,6 +74,16 @@ struct attention_params {
   const int32_t* token_order; // [T] or null: the tokens in the order their CTAs launch (token_order.cu)
 };
 
+// Makes launch cfg a programmatic dependent of the stream's previous kernel (sm_90+): its CTAs may
+// start before that kernel ends, and wait for it (griddepcontrol.wait) before reading its output.
+// attr holds cfg's attributes so far (if any) and has room for one more.
+inline void add_programmatic_dependency(cudaLaunchConfig_t* cfg, cudaLaunchAttribute* attr) {
+  attr[cfg->numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[cfg->numAttrs].val.programmaticStreamSerializationAllowed = 1;
+  cfg->attrs = attr;
+  cfg->numAttrs += 1;
+}
+
 // Work items of a launch, one CTA each unless persistent: (token, key split, head group) triples.
 DSV4_HD int64_t item_count(const attention_params& p) {
   return static_cast<int64_t>(p.num_tokens) * p.head_groups * p.num_splits;

@@ -22,7 +22,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kBuckets = kOrderMaxChunks + 1;
 
 // Token t's chunks: the active chunks of both lists (a prefix of each list's chunks, as chunk_walk
-// walks them).
+// walks them); at most kOrderMaxChunks (token_order_launch).
 __device__ __forceinline__ int token_chunks(const attention_params& p, int64_t t) {
   int n = 0;
   for (int li = 0; li < 2; ++li) n += min(p.chunks[li], (list_count(p, t, li) + kChunkKeys - 1) / kChunkKeys);
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kThreads) token_order_kernel(const attention_p
   const int warp = tid / 32;
   for (int b = tid; b < kBuckets; b += kThreads) first[b] = 0;
   __syncthreads();
-  for (int t = tid; t < T; t += kThreads) atomicAdd(&first[min(token_chunks(p, t), kOrderMaxChunks)], 1);
+  for (int t = tid; t < T; t += kThreads) atomicAdd(&first[token_chunks(p, t)], 1);
   __syncthreads();
   if (tid == 0) {
     int rank = 0;
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) token_order_kernel(const attention_p
     for (int i = tid; i < kWarps * kBuckets; i += kThreads) before[i / kBuckets][i % kBuckets] = 0;
     __syncthreads();
     const int t = pass * kThreads + tid;
-    const int n = t < T ? min(token_chunks(p, t), kOrderMaxChunks) : -1;
+    const int n = t < T ? token_chunks(p, t) : -1;
     const uint32_t same = __match_any_sync(0xffffffffu, n);
     const int in_warp = __popc(same & ((1u << lane) - 1u));
     if (n >= 0 && in_warp == 0) before[warp][n] = __popc(same);
