@@ -4,7 +4,9 @@
 // bf16 cache, the plain-PyTorch comparison shapes, and sparse prefill (s_q 4096). Each timing:
 // CUDA events around one dsv4 run (list build / attention / combine), L2 flushed before each rep
 // (l2_flush: a memset, as FlashMLA's benchmark does, or a read), warm-up, median of 25. Also measures
-// the device's copy bandwidth and cuBLAS bf16 GEMM rate.
+// the device's copy bandwidth and cuBLAS bf16 GEMM rate, and each case's gather floor: the time to
+// read just the cache rows its lists reference (gather_floor), so "xgather" says how far a case is
+// from what no kernel can beat.
 // Usage: [DSV4_BENCH_FLUSH=memset|read|none|tlb] bench_cuda <libdsv4-cuda.so> [filter] (filter: see selected)
 #include <cublas_v2.h>
 
@@ -237,15 +239,161 @@ class l2_flush {
   cudaKernel_t kernel_ = nullptr;
 };
 
+// The gather floor of a case: the time to read just the cache rows its lists reference (each row's
+// data bytes: 576 of the 584 B layout, whole rows of the others), nothing else, by plain 16-byte
+// loads under the L2 evict_first policy, after the same flush. No attention kernel can take less;
+// for small head counts it is most of the time (docs/performance.md, round 44). The kernel is PTX,
+// JIT-compiled like the read flush: thread i of the grid-stride loop reads piece i % pieces of row
+// i / pieces (row addresses from a table, 8 bytes per row more read), four pieces in flight per thread.
+const char kGatherPtx[] = R"(
+.version 7.4
+.target sm_80
+.address_size 64
+.visible .entry dsv4_bench_gather(.param .u64 rows, .param .u32 n, .param .u32 pieces, .param .u64 sink) {
+  .reg .pred %p<6>;
+  .reg .b32 %r<40>;
+  .reg .b64 %rd<20>;
+  ld.param.u64 %rd1, [rows];
+  ld.param.u32 %r1, [n];
+  ld.param.u32 %r2, [pieces];
+  ld.param.u64 %rd2, [sink];
+  createpolicy.fractional.L2::evict_first.b64 %rd3, 1.0;
+  mov.u32 %r3, %ctaid.x;
+  mov.u32 %r4, %ntid.x;
+  mov.u32 %r5, %tid.x;
+  mad.lo.u32 %r6, %r3, %r4, %r5;
+  mov.u32 %r7, %nctaid.x;
+  mul.lo.u32 %r8, %r7, %r4;
+  shl.b32 %r35, %r8, 2;
+  mov.u32 %r30, 0;
+LOOP:
+  setp.ge.u32 %p1, %r6, %r1;
+  @%p1 bra DONE;
+  add.u32 %r9, %r6, %r8;
+  add.u32 %r10, %r9, %r8;
+  add.u32 %r11, %r10, %r8;
+  setp.lt.u32 %p2, %r9, %r1;
+  setp.lt.u32 %p3, %r10, %r1;
+  setp.lt.u32 %p4, %r11, %r1;
+  selp.u32 %r9, %r9, %r6, %p2;
+  selp.u32 %r10, %r10, %r6, %p3;
+  selp.u32 %r11, %r11, %r6, %p4;
+  div.u32 %r12, %r6, %r2;
+  div.u32 %r13, %r9, %r2;
+  div.u32 %r14, %r10, %r2;
+  div.u32 %r15, %r11, %r2;
+  mul.wide.u32 %rd4, %r12, 8;
+  mul.wide.u32 %rd5, %r13, 8;
+  mul.wide.u32 %rd6, %r14, 8;
+  mul.wide.u32 %rd7, %r15, 8;
+  add.u64 %rd4, %rd1, %rd4;
+  add.u64 %rd5, %rd1, %rd5;
+  add.u64 %rd6, %rd1, %rd6;
+  add.u64 %rd7, %rd1, %rd7;
+  ld.global.nc.u64 %rd8, [%rd4];
+  ld.global.nc.u64 %rd9, [%rd5];
+  ld.global.nc.u64 %rd10, [%rd6];
+  ld.global.nc.u64 %rd11, [%rd7];
+  mul.lo.u32 %r12, %r12, %r2;
+  mul.lo.u32 %r13, %r13, %r2;
+  mul.lo.u32 %r14, %r14, %r2;
+  mul.lo.u32 %r15, %r15, %r2;
+  sub.u32 %r12, %r6, %r12;
+  sub.u32 %r13, %r9, %r13;
+  sub.u32 %r14, %r10, %r14;
+  sub.u32 %r15, %r11, %r15;
+  mul.wide.u32 %rd12, %r12, 16;
+  mul.wide.u32 %rd13, %r13, 16;
+  mul.wide.u32 %rd14, %r14, 16;
+  mul.wide.u32 %rd15, %r15, 16;
+  add.u64 %rd8, %rd8, %rd12;
+  add.u64 %rd9, %rd9, %rd13;
+  add.u64 %rd10, %rd10, %rd14;
+  add.u64 %rd11, %rd11, %rd15;
+  ld.global.nc.L2::cache_hint.v4.u32 {%r16, %r17, %r18, %r19}, [%rd8], %rd3;
+  ld.global.nc.L2::cache_hint.v4.u32 {%r20, %r21, %r22, %r23}, [%rd9], %rd3;
+  ld.global.nc.L2::cache_hint.v4.u32 {%r24, %r25, %r26, %r27}, [%rd10], %rd3;
+  ld.global.nc.L2::cache_hint.v4.u32 {%r31, %r32, %r33, %r34}, [%rd11], %rd3;
+  xor.b32 %r16, %r16, %r17;
+  xor.b32 %r18, %r18, %r19;
+  xor.b32 %r20, %r20, %r21;
+  xor.b32 %r22, %r22, %r23;
+  xor.b32 %r24, %r24, %r25;
+  xor.b32 %r26, %r26, %r27;
+  xor.b32 %r31, %r31, %r32;
+  xor.b32 %r33, %r33, %r34;
+  xor.b32 %r16, %r16, %r18;
+  xor.b32 %r20, %r20, %r22;
+  xor.b32 %r24, %r24, %r26;
+  xor.b32 %r31, %r31, %r33;
+  xor.b32 %r16, %r16, %r20;
+  xor.b32 %r24, %r24, %r31;
+  xor.b32 %r30, %r30, %r16;
+  xor.b32 %r30, %r30, %r24;
+  add.u32 %r6, %r6, %r35;
+  bra LOOP;
+DONE:
+  setp.ne.u32 %p5, %r30, 1592876781;
+  @%p5 bra END;
+  st.global.u32 [%rd2], %r30;
+END:
+  ret;
+}
+)";
+
+class gather_floor {
+ public:
+  explicit gather_floor(int sm_count) : sink_(4), blocks_(sm_count * 8) {
+    CUDA_OK(cudaLibraryLoadData(&lib_, kGatherPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
+    CUDA_OK(cudaLibraryGetKernel(&kernel_, lib_, "dsv4_bench_gather"));
+  }
+  ~gather_floor() { cudaLibraryUnload(lib_); }
+  // Median µs of reading `row_bytes` (a multiple of 16) at each of the device addresses in `rows`.
+  float time_us(const std::vector<uint64_t>& rows, int row_bytes, l2_flush& flush) {
+    const uint64_t total = rows.size() * static_cast<uint64_t>(row_bytes / 16);
+    if (rows.empty() || total >= (1ull << 31)) return 0.0f;
+    dbuf d(rows.size() * 8);
+    d.upload(rows);
+    void* p = d.p;
+    uint32_t n = static_cast<uint32_t>(total), pieces = static_cast<uint32_t>(row_bytes / 16);
+    void* args[] = {&p, &n, &pieces, &sink_.p};
+    cudaEvent_t e0, e1;
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int i = 0; i < 27; ++i) {
+      flush.run(i);
+      CUDA_OK(cudaEventRecord(e0));
+      CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(blocks_), dim3(256), args, 0, nullptr));
+      CUDA_OK(cudaEventRecord(e1));
+      CUDA_OK(cudaEventSynchronize(e1));
+      float ms;
+      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i >= 2) t.push_back(ms);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return median(t) * 1000.0f;
+  }
+
+ private:
+  dbuf sink_;
+  int blocks_;
+  cudaLibrary_t lib_ = nullptr;
+  cudaKernel_t kernel_ = nullptr;
+};
+
 struct result {
   float us;
+  float gather_us;  // gather_floor of the case's referenced rows
   double tflops, gbs_flashmla, gbs_gathered;
   char kernel[128];
   std::string lengths;  // per-row extra lengths (CONFIG3/4): the chunks they make, which set the time
   std::string run;      // the tiling and splits the runs take (DSV4_CUDA_LOG_RUNS)
 };
 
-result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64& rng, l2_flush& flush) {
+result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64& rng, l2_flush& flush,
+                gather_floor& floor) {
   const int T = c.batch * c.seq_q;
   const int H = c.heads;
   const bool extra = c.extra_topk > 0;
@@ -407,6 +555,24 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
     times.push_back(ms);
   }
   CUDA_OK(cudaGetLastError());
+  {
+    // The rows the lists reference (per-row lengths cut the extra list), in list order.
+    std::vector<uint64_t> rows;
+    rows.reserve(static_cast<size_t>(attended));
+    auto add = [&](const dbuf& cache, const host_cache& pool, const std::vector<int32_t>& idx, int width, int t, int n) {
+      for (int i = 0; i < n; ++i) {
+        const dsv4::slot_address a = dsv4::split_slot(idx[static_cast<size_t>(t) * width + i], pool.block_size);
+        rows.push_back(reinterpret_cast<uint64_t>(cache.p) + static_cast<uint64_t>(a.block * pool.stride) +
+                       static_cast<uint64_t>(dsv4::entry_data_offset(c.layout, a.entry)));
+      }
+    };
+    for (int t = 0; t < T; ++t) {
+      add(d_main, main_pool, main_idx, c.topk, t, c.topk);
+      if (extra) add(d_extra, extra_pool, extra_idx, c.extra_topk, t, extra_len.empty() ? c.extra_topk : extra_len[t / c.seq_q]);
+    }
+    const int row_bytes = c.layout == DSV4_KV_LAYOUT_FP8_V4_584B ? dsv4::kV4DataBytes : dsv4::layout_bytes_per_token(c.layout);
+    res.gather_us = floor.time_us(rows, row_bytes, flush);
+  }
   flush.touched.clear();
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -541,17 +707,19 @@ int main(int argc, char** argv) {
                 ceil.gemm_tflops);
     l2_flush flush(prop.multiProcessorCount);
     std::printf("L2 before each timed run: %s flush (DSV4_BENCH_FLUSH=memset|read|none|tlb)\n", flush.name());
-    std::printf("%-34s %10s %9s %11s %11s %8s %8s  %s\n", "case", "us", "TFLOP/s", "GB/s(FMLA)", "GB/s(gath)",
-                "%copy", "%gemm", "kernel");
+    gather_floor floor(prop.multiProcessorCount);
+    std::printf("gather: the case's referenced rows alone, read by plain loads (evict_first) after the same flush\n");
+    std::printf("%-34s %10s %9s %11s %11s %8s %8s %9s %7s  %s\n", "case", "us", "TFLOP/s", "GB/s(FMLA)", "GB/s(gath)",
+                "%copy", "%gemm", "gather us", "xgather", "kernel");
     for (const bench_case& c : cases()) {
       if (!selected(c.name, filter)) continue;
       // Each case draws from its own generator, seeded by its name: its inputs (the per-row lengths
       // of CONFIG3/4 among them) are the same whichever filter selected it and whatever ran before.
       std::mt19937_64 rng(case_seed(c.name));
-      const result r = run_case(m, ctx, c, rng, flush);
-      std::printf("%-34s %10.1f %9.1f %11.0f %11.0f %7.1f%% %7.1f%%  %s\n", c.name.c_str(), r.us, r.tflops,
+      const result r = run_case(m, ctx, c, rng, flush, floor);
+      std::printf("%-34s %10.1f %9.1f %11.0f %11.0f %7.1f%% %7.1f%% %9.1f %6.2fx  %s\n", c.name.c_str(), r.us, r.tflops,
                   r.gbs_flashmla, r.gbs_gathered, 100.0 * r.gbs_gathered / ceil.copy_gbs,
-                  100.0 * r.tflops / ceil.gemm_tflops, (r.kernel + (r.run.empty() ? "" : " [" + r.run + "]") + r.lengths).c_str());
+                  100.0 * r.tflops / ceil.gemm_tflops, r.gather_us, r.gather_us > 0 ? r.us / r.gather_us : 0.0, (r.kernel + (r.run.empty() ? "" : " [" + r.run + "]") + r.lengths).c_str());
       std::fflush(stdout);
     }
     // Trace builds of the module (-DDSV4_SM90_TRACE) dump the timeline of the last Hopper launch.
