@@ -63,6 +63,30 @@ float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
+// Median ms of `timed` calls of `launch`, each between two CUDA events, after `warmup` calls that
+// are not timed; `before(i)` runs ahead of call i outside the events (the L2 flush).
+template <class Launch, class Before>
+float median_ms(int warmup, int timed, Launch&& launch, Before&& before) {
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  std::vector<float> t;
+  for (int i = 0; i < warmup + timed; ++i) {
+    before(i);
+    CUDA_OK(cudaEventRecord(e0));
+    launch();
+    CUDA_OK(cudaEventRecord(e1));
+    CUDA_OK(cudaEventSynchronize(e1));
+    float ms;
+    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i >= warmup) t.push_back(ms);
+  }
+  CUDA_OK(cudaGetLastError());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return median(t);
+}
+
 // Fills a device cache of `blocks` blocks by tiling a host-quantised pool of blocks.
 dbuf make_cache(const host_cache& pool, int64_t blocks) {
   dbuf d(static_cast<size_t>(blocks * pool.stride));
@@ -82,24 +106,14 @@ struct ceilings {
 
 ceilings measure_ceilings() {
   ceilings c;
-  cudaEvent_t e0, e1;
-  CUDA_OK(cudaEventCreate(&e0));
-  CUDA_OK(cudaEventCreate(&e1));
+  const auto nothing = [](int) {};
   {
     const size_t bytes = size_t(2) << 30;
     dbuf a(bytes), b(bytes);
     CUDA_OK(cudaMemset(a.p, 1, bytes));
-    std::vector<float> t;
-    for (int i = 0; i < 12; ++i) {
-      CUDA_OK(cudaEventRecord(e0));
-      CUDA_OK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice));
-      CUDA_OK(cudaEventRecord(e1));
-      CUDA_OK(cudaEventSynchronize(e1));
-      float ms;
-      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-      if (i >= 2) t.push_back(ms);
-    }
-    c.copy_gbs = 2.0 * bytes / (median(t) * 1e-3) / 1e9;
+    const float ms =
+        median_ms(2, 10, [&] { CUDA_OK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice)); }, nothing);
+    c.copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
   }
   {
     const int n = 8192;
@@ -113,22 +127,16 @@ ceilings measure_ceilings() {
     cublasHandle_t handle;
     if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate");
     const float alpha = 1.f, beta = 0.f;
-    std::vector<float> t;
-    for (int i = 0; i < 10; ++i) {
-      CUDA_OK(cudaEventRecord(e0));
-      cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.p, CUDA_R_16BF, n, b.p, CUDA_R_16BF, n,
-                   &beta, d.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-      CUDA_OK(cudaEventRecord(e1));
-      CUDA_OK(cudaEventSynchronize(e1));
-      float ms;
-      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-      if (i >= 2) t.push_back(ms);
-    }
+    const float ms = median_ms(
+        2, 8,
+        [&] {
+          cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.p, CUDA_R_16BF, n, b.p, CUDA_R_16BF, n,
+                       &beta, d.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        },
+        nothing);
     cublasDestroy(handle);
-    c.gemm_tflops = 2.0 * n * n * double(n) / (median(t) * 1e-3) / 1e12;
+    c.gemm_tflops = 2.0 * n * n * double(n) / (ms * 1e-3) / 1e12;
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   return c;
 }
 
@@ -357,23 +365,10 @@ class gather_floor {
     void* p = d.p;
     uint32_t n = static_cast<uint32_t>(total), pieces = static_cast<uint32_t>(row_bytes / 16);
     void* args[] = {&p, &n, &pieces, &sink_.p};
-    cudaEvent_t e0, e1;
-    CUDA_OK(cudaEventCreate(&e0));
-    CUDA_OK(cudaEventCreate(&e1));
-    std::vector<float> t;
-    for (int i = 0; i < 27; ++i) {
-      flush.run(i);
-      CUDA_OK(cudaEventRecord(e0));
+    const auto launch = [&] {
       CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(blocks_), dim3(256), args, 0, nullptr));
-      CUDA_OK(cudaEventRecord(e1));
-      CUDA_OK(cudaEventSynchronize(e1));
-      float ms;
-      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-      if (i >= 2) t.push_back(ms);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return median(t) * 1000.0f;
+    };
+    return median_ms(2, 25, launch, [&](int i) { flush.run(i); }) * 1000.0f;
   }
 
  private:
@@ -537,24 +532,11 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   r.workspace = d_ws.p;
   r.workspace_bytes = ws_bytes;
 
-  cudaEvent_t e0, e1;
-  CUDA_OK(cudaEventCreate(&e0));
-  CUDA_OK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) DSV4_OK(m.iface->run(plan, &r));
   flush.touched = {&d_main};
   if (extra) flush.touched.push_back(&d_extra);
-  std::vector<float> times;
-  for (int i = 0; i < 25; ++i) {
-    flush.run(i);
-    CUDA_OK(cudaEventRecord(e0));
-    DSV4_OK(m.iface->run(plan, &r));
-    CUDA_OK(cudaEventRecord(e1));
-    CUDA_OK(cudaEventSynchronize(e1));
-    float ms;
-    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-    times.push_back(ms);
-  }
-  CUDA_OK(cudaGetLastError());
+  // Three warm-up runs as they come, then 25 after a flush each.
+  const float ms = median_ms(3, 25, [&] { DSV4_OK(m.iface->run(plan, &r)); },
+                             [&](int i) { if (i >= 3) flush.run(i - 3); });
   {
     // The rows the lists reference (per-row lengths cut the extra list), in list order.
     std::vector<uint64_t> rows;
@@ -574,8 +556,6 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
     res.gather_us = floor.time_us(rows, row_bytes, flush);
   }
   flush.touched.clear();
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   m.iface->plan_destroy(plan);
   // The plan's kernel name is its widest tiling; a run of few tokens may take another.
   void* logging = make_plan(true);
@@ -587,7 +567,7 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   const size_t what = logged.rfind("run: ", 0) == 0 ? logged.find(", ") : std::string::npos;
   if (what != std::string::npos) res.run = logged.substr(what + 2);
 
-  res.us = median(times) * 1000.0f;
+  res.us = ms * 1000.0f;
   const double secs = res.us * 1e-6;
   res.tflops = 2.0 * H * static_cast<double>(attended) * (512 + 512) / secs / 1e12;
   const double qo = static_cast<double>(T) * H * 512 * 2 * 2;
