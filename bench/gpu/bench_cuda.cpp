@@ -11,6 +11,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <memory>
 #include <cstdlib>
 #include <numeric>
 #include <string>
@@ -140,6 +141,32 @@ ceilings measure_ceilings() {
   return c;
 }
 
+// A kernel of PTX text, JIT-compiled by the driver (this file is built by the host compiler), run on
+// `blocks` CTAs of 256 threads. Its last parameter is a 4-byte sink it writes only if its reads'
+// XOR hits a magic value, so that the reads cannot be optimised away.
+class jit_kernel {
+ public:
+  jit_kernel(const char* ptx, const char* entry, int blocks) : sink_(4), blocks_(blocks) {
+    CUDA_OK(cudaLibraryLoadData(&lib_, ptx, nullptr, nullptr, 0, nullptr, nullptr, 0));
+    CUDA_OK(cudaLibraryGetKernel(&kernel_, lib_, entry));
+  }
+  ~jit_kernel() { cudaLibraryUnload(lib_); }
+  jit_kernel(const jit_kernel&) = delete;
+  jit_kernel& operator=(const jit_kernel&) = delete;
+  // args: the kernel's parameters but the sink.
+  template <class... A>
+  void launch(A*... args) {
+    void* all[] = {args..., &sink_.p};
+    CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(blocks_), dim3(256), all, 0, nullptr));
+  }
+
+ private:
+  dbuf sink_;
+  int blocks_;
+  cudaLibrary_t lib_ = nullptr;
+  cudaKernel_t kernel_ = nullptr;
+};
+
 // What is in L2 when a timed run starts. "memset" (default): a 256 MB memset, as FlashMLA's own
 // benchmark flushes (an 8 GB zero_() there); it leaves the whole L2 holding dirty lines, so the timed
 // run's misses also pay for their write-back. "read": a kernel reads a 256 MB buffer instead; the L2
@@ -147,7 +174,7 @@ ceilings measure_ceilings() {
 // modes are diagnostics, not figures to report: "none" (no flush: what the previous rep left in L2),
 // and "tlb" (the memset, then one 16-byte read per 64 KB of the case's caches, which puts their
 // address translations back and next to nothing in L2: what the memset's translation misses cost).
-// The read kernel is PTX, JIT-compiled by the driver (this file is built by the host compiler).
+// The read kernel is PTX (jit_kernel).
 const char kReadPtx[] = R"(
 .version 7.0
 .target sm_80
@@ -193,7 +220,7 @@ END:
 
 class l2_flush {
  public:
-  explicit l2_flush(int sm_count) : buf_(size_t(256) << 20), sink_(4), blocks_(sm_count * 8) {
+  explicit l2_flush(int sm_count) : buf_(size_t(256) << 20), sm_count_(sm_count) {
     const char* env = std::getenv("DSV4_BENCH_FLUSH");
     const std::string m = env != nullptr ? env : "memset";
     static const char* const kNames[] = {"memset", "read", "none", "tlb"};
@@ -203,12 +230,8 @@ class l2_flush {
     mode_ = static_cast<mode>(i);
     if (mode_ == mode::read || mode_ == mode::tlb) {
       CUDA_OK(cudaMemset(buf_.p, 0, buf_.bytes));  // XOR 0: the kernel never stores
-      CUDA_OK(cudaLibraryLoadData(&lib_, kReadPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
-      CUDA_OK(cudaLibraryGetKernel(&kernel_, lib_, "dsv4_bench_l2_read"));
+      reader_ = std::make_unique<jit_kernel>(kReadPtx, "dsv4_bench_l2_read", sm_count_ * 8);
     }
-  }
-  ~l2_flush() {
-    if (lib_ != nullptr) cudaLibraryUnload(lib_);
   }
   const char* name() const {
     static const char* const kShown[] = {"memset", "read", "no", "memset + translation"};
@@ -237,21 +260,19 @@ class l2_flush {
   // The read kernel: 16 bytes at every `stride` bytes of [p, p + bytes).
   void read(void* p, uint64_t bytes, uint64_t stride) {
     uint64_t words = bytes / stride;
-    void* args[] = {&p, &words, &stride, &sink_.p};
-    CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(blocks_), dim3(256), args, 0, nullptr));
+    reader_->launch(&p, &words, &stride);
   }
-  dbuf buf_, sink_;
-  int blocks_;
+  dbuf buf_;
+  int sm_count_;
+  std::unique_ptr<jit_kernel> reader_;
   mode mode_ = mode::memset;
-  cudaLibrary_t lib_ = nullptr;
-  cudaKernel_t kernel_ = nullptr;
 };
 
 // The gather floor of a case: the time to read just the cache rows its lists reference (each row's
 // data bytes: 576 of the 584 B layout, whole rows of the others), nothing else, by plain 16-byte
 // loads under the L2 evict_first policy, after the same flush. No attention kernel can take less;
-// for small head counts it is most of the time (docs/performance.md, round 44). The kernel is PTX,
-// JIT-compiled like the read flush: thread i of the grid-stride loop reads piece i % pieces of row
+// for small head counts it is most of the time (docs/performance.md, round 44). The kernel is PTX
+// (jit_kernel): thread i of the grid-stride loop reads piece i % pieces of row
 // i / pieces (row addresses from a table, 8 bytes per row more read), four pieces in flight per thread.
 const char kGatherPtx[] = R"(
 .version 7.4
@@ -351,11 +372,7 @@ END:
 
 class gather_floor {
  public:
-  explicit gather_floor(int sm_count) : sink_(4), blocks_(sm_count * 8) {
-    CUDA_OK(cudaLibraryLoadData(&lib_, kGatherPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
-    CUDA_OK(cudaLibraryGetKernel(&kernel_, lib_, "dsv4_bench_gather"));
-  }
-  ~gather_floor() { cudaLibraryUnload(lib_); }
+  explicit gather_floor(int sm_count) : reader_(kGatherPtx, "dsv4_bench_gather", sm_count * 8) {}
   // Median µs of reading `row_bytes` (a multiple of 16) at each of the device addresses in `rows`.
   float time_us(const std::vector<uint64_t>& rows, int row_bytes, l2_flush& flush) {
     const uint64_t total = rows.size() * static_cast<uint64_t>(row_bytes / 16);
@@ -364,18 +381,11 @@ class gather_floor {
     d.upload(rows);
     void* p = d.p;
     uint32_t n = static_cast<uint32_t>(total), pieces = static_cast<uint32_t>(row_bytes / 16);
-    void* args[] = {&p, &n, &pieces, &sink_.p};
-    const auto launch = [&] {
-      CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(blocks_), dim3(256), args, 0, nullptr));
-    };
-    return median_ms(2, 25, launch, [&](int i) { flush.run(i); }) * 1000.0f;
+    return median_ms(2, 25, [&] { reader_.launch(&p, &n, &pieces); }, [&](int i) { flush.run(i); }) * 1000.0f;
   }
 
  private:
-  dbuf sink_;
-  int blocks_;
-  cudaLibrary_t lib_ = nullptr;
-  cudaKernel_t kernel_ = nullptr;
+  jit_kernel reader_;
 };
 
 struct result {
