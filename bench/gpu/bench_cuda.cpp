@@ -16,6 +16,7 @@
 #include <numeric>
 #include <string>
 
+#include "common/index.h"
 #include "cuda_harness.h"
 
 using namespace dsv4cudatest;
@@ -548,21 +549,23 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   const float ms = median_ms(3, 25, [&] { DSV4_OK(m.iface->run(plan, &r)); },
                              [&](int i) { if (i >= 3) flush.run(i - 3); });
   {
-    // The rows the lists reference (per-row lengths cut the extra list), in list order.
+    // The rows the lists reference (per-row lengths cut the extra list), in list order: each entry's
+    // data in the run's caches, as the kernels address it (slot_block_base, entry_data_offset).
     std::vector<uint64_t> rows;
     rows.reserve(static_cast<size_t>(attended));
-    auto add = [&](const dbuf& cache, const host_cache& pool, const std::vector<int32_t>& idx, int width, int t, int n) {
+    auto add = [&](const dsv4_mod_cache& cache, const std::vector<int32_t>& idx, int width, int t, int n) {
       for (int i = 0; i < n; ++i) {
-        const dsv4::slot_address a = dsv4::split_slot(idx[static_cast<size_t>(t) * width + i], pool.block_size);
-        rows.push_back(reinterpret_cast<uint64_t>(cache.p) + static_cast<uint64_t>(a.block * pool.stride) +
-                       static_cast<uint64_t>(dsv4::entry_data_offset(c.layout, a.entry)));
+        int64_t e;
+        const uint8_t* block = dsv4::slot_block_base(cache, idx[static_cast<size_t>(t) * width + i], &e);
+        rows.push_back(reinterpret_cast<uint64_t>(block + dsv4::entry_data_offset(c.layout, e)));
       }
     };
     for (int t = 0; t < T; ++t) {
-      add(d_main, main_pool, main_idx, c.topk, t, c.topk);
-      if (extra) add(d_extra, extra_pool, extra_idx, c.extra_topk, t, extra_len.empty() ? c.extra_topk : extra_len[t / c.seq_q]);
+      add(r.swa_cache, main_idx, c.topk, t, c.topk);
+      if (extra) add(r.extra_cache, extra_idx, c.extra_topk, t, extra_len.empty() ? c.extra_topk : extra_len[t / c.seq_q]);
     }
-    const int row_bytes = c.layout == DSV4_KV_LAYOUT_FP8_V4_584B ? dsv4::kV4DataBytes : dsv4::layout_bytes_per_token(c.layout);
+    // An entry's data bytes: its stride inside the block (576 of the 584 B layout, whole rows else).
+    const int row_bytes = static_cast<int>(dsv4::entry_data_offset(c.layout, 1));
     res.gather_us = floor.time_us(rows, row_bytes, flush);
   }
   flush.touched.clear();
