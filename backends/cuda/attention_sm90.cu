@@ -97,14 +97,14 @@ __device__ __forceinline__ cta_state item_state(const attention_params& p, const
 template <bool kPersistent>
 __device__ __forceinline__ bool has_next_item(const attention_params& p, const cta_state& st, int k) {
   if constexpr (!kPersistent) return false;
-  return st.q_tma && blockIdx.x + static_cast<int64_t>(k + 1) * gridDim.x < item_count(p);
+  return st.q_tma && cta_has_item(p, k + 1);
 }
 // The chunk walk of item state st (its k-th): the first item's counts were read at the CTA's start.
 __device__ __forceinline__ chunk_walk item_walk(const attention_params& p, const cta_state& st, int k) {
   const int32_t* counts = reinterpret_cast<const int32_t*>(st.smem + sm90_map::counts);
   const int c0 = k == 0 ? counts[0] : list_count(p, st.t, 0);
   const int c1 = k == 0 ? counts[1] : list_count(p, st.t, 1);
-  return chunk_walk{p, c0, c1, min(p.chunks[0] + p.chunks[1], st.c_begin + p.chunks_per_split)};
+  return chunk_walk{p, c0, c1, split_end(p, st)};
 }
 // Runs run(k, i0) for the CTA's items k = 0, 1, ...: i0 is the CTA's chunk count before item k, run
 // returns it after.
@@ -646,8 +646,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
   st.peer = rank ^ 1u;
   const int64_t t = st.t;
 
-  const int total_chunks = p.chunks[0] + p.chunks[1];
-  const int c_end = min(total_chunks, st.c_begin + p.chunks_per_split);
+  const int c_end = split_end(p, st);
   // The producer rows of its first two jobs (see producer_copy / producer_convert).
   const bool pairs = CLUSTER > 1 && !row_format<L>::kBf16;
   const int r0 = 8 * ((tid % 128) / 32) + (tid & 7);

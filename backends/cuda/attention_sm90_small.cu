@@ -27,6 +27,11 @@
 //       [head][key], 128B-swizzled) goes to shared memory by stmatrix.trans (40.3 -> 39.3 us).
 //       With mma.sync, 32 heads loaded Q, K and V fragments by ldmatrix for two m-tiles every chunk;
 //       for 16 heads mma.sync stays the faster (H200: docs/performance.md, round 29).
+// Persistent CTAs (runs of one split with at least three waves of uniform work items, FP8 rows
+// staged): one CTA per SM runs items blockIdx.x, + gridDim.x, ... in turn. The producers' chunk
+// stream crosses from item to item (chunk_stream), so the next item's first rows are copied while
+// this item's last chunks are computed; the consumer's buffer phases go on across items (H200, 8
+// heads b=256: 103.2 -> 99.8 us).
 // Numerics match the other kernels: logits scaled in fp32 (base 2), P rounded to bf16, fp32 O and
 // sums (each thread keeps the sum over its keys; the parts are added once at the end).
 #include <cuda_bf16.h>
@@ -135,8 +140,8 @@ __device__ __forceinline__ void store_staged_rows(const attention_params& p, con
 
 // WG0 of a 16-head tile (mma.sync). kValueScale: P times the per-tensor FP8 value scale.
 template <bool kValueScale>
-__device__ __forceinline__ void small_consumer_mma(const attention_params& p, const cta_state& st,
-                                                   const chunk_walk& walk, int tid) {
+__device__ __forceinline__ int small_consumer_mma(const attention_params& p, const cta_state& st,
+                                                  const chunk_walk& walk, int tid, int i0) {
   constexpr int MT = 1;  // 16-row m-tiles (heads 16 mt + r)
   const int warp = tid / 32;
   const int lane = tid % 32;
@@ -173,7 +178,7 @@ __device__ __forceinline__ void small_consumer_mma(const attention_params& p, co
   }
   float* red_max = reinterpret_cast<float*>(st.smem + small_map::red_max);
   uint8_t* pbuf = st.smem + small_map::p;
-  int i = 0;
+  int i = i0;  // the CTA's chunks so far: buffer and barrier phases go on from there
   for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
     const int b = i & 1;
     const int li = walk.list_of(c);
@@ -350,6 +355,7 @@ __device__ __forceinline__ void small_consumer_mma(const attention_params& p, co
         if (warp == 0 && tig == 0) store_split_stats(p, pbase + r, m_run[mt][h], row_sum(r));
       }
   }
+  return i;
 }
 
 // WG0 of an 8-head tile (1..8 heads; mma.sync, transposed). A 16-head tile's m16 rows would leave
@@ -360,9 +366,12 @@ __device__ __forceinline__ void small_consumer_mma(const attention_params& p, co
 // Accumulators: S^T s[2h + e] is key 16w + g + 8h, head 2 tig + e; O^T o[mt][2h + e] is dim
 // 128w + 16mt + g + 8h, head 2 tig + e: a thread's two heads are the same in both, as in the
 // 32-head wgmma consumer. kValueScale: P times the per-tensor FP8 value scale.
-template <bool kValueScale>
-__device__ __forceinline__ void small_consumer_h8(const attention_params& p, const cta_state& st,
-                                                  const chunk_walk& walk, int tid) {
+// q_rows: the byte offset of its Q rows in the Q tile; after_q: called once every thread holds
+// Q^T (persistent CTAs load the next item's Q into the tile then).
+template <bool kValueScale, class AfterQ>
+__device__ __forceinline__ int small_consumer_h8(const attention_params& p, const cta_state& st,
+                                                 const chunk_walk& walk, int tid, int i0, uint32_t q_rows,
+                                                 AfterQ&& after_q) {
   const int warp = tid / 32;
   const int lane = tid % 32;
   const int g = lane / 4;
@@ -371,7 +380,7 @@ __device__ __forceinline__ void small_consumer_h8(const attention_params& p, con
   // Q^T as B fragments of the 32 k-steps: matrix j of load x is heads 0..7, dims 32x + 8j..
   uint32_t qf[kHeadDim / 16][2];
   {
-    const uint32_t q_lane = st.base + small_map::q + (lane % 8) * kStageStride + j * 16;
+    const uint32_t q_lane = st.base + small_map::q + q_rows + (lane % 8) * kStageStride + j * 16;
 #pragma unroll
     for (int x = 0; x < kHeadDim / 32; ++x) {
       uint32_t r[4];
@@ -382,6 +391,7 @@ __device__ __forceinline__ void small_consumer_h8(const attention_params& p, con
       qf[2 * x + 1][1] = r[3];
     }
   }
+  after_q();
   float o[8][4];
 #pragma unroll
   for (int mt = 0; mt < 8; ++mt)
@@ -405,7 +415,7 @@ __device__ __forceinline__ void small_consumer_h8(const attention_params& p, con
   uint8_t* pbuf = st.smem + small_map::p;
   float* red_max = reinterpret_cast<float*>(st.smem + small_map::red_max);
   const int key0 = 16 * warp + g;  // this thread's keys: key0 and key0 + 8
-  int i = 0;
+  int i = i0;  // the CTA's chunks so far: buffer and barrier phases go on from there
   for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
     const int b = i & 1;
     const int li = walk.list_of(c);
@@ -543,6 +553,7 @@ __device__ __forceinline__ void small_consumer_h8(const attention_params& p, con
       if (warp == 0 && g == 0) store_split_stats(p, pbase + hd, m_run[e], lsum[e]);
     }
   }
+  return i;
 }
 
 // Byte offset of unit `unit` (8 dims) of Q row (head) `row` in the 32-row swizzled tile.
@@ -576,8 +587,8 @@ __device__ __forceinline__ float reduce_scatter_heads(float (&v)[8], int g, Op o
 // block) and column 8j + 2 tig + e (a head): every array below indexed [j][e] is this thread's
 // heads, the same in S^T and O^T.
 template <bool kValueScale>
-__device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, const cta_state& st,
-                                                     const chunk_walk& walk, int tid) {
+__device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, const cta_state& st,
+                                                    const chunk_walk& walk, int tid, int i0) {
   constexpr int NH = kMaxRows;
   constexpr int NJ = NH / 8;     // 8-head column tiles
   constexpr int NACC = NH / 2;   // accumulators of one m64nNH tile
@@ -604,7 +615,7 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
   const uint32_t p_base = st.base + small_map::p;
   float* red_max = reinterpret_cast<float*>(st.smem + small_map::red_max);
   const int key0 = 16 * warp + g;  // this thread's keys: key0 and key0 + 8
-  int i = 0;
+  int i = i0;  // the CTA's chunks so far: buffer and barrier phases go on from there
   for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++i) {
     const int b = i & 1;
     const int li = walk.list_of(c);
@@ -768,6 +779,7 @@ __device__ __forceinline__ void small_consumer_wgmma(const attention_params& p, 
         if (warp == 0 && g == 0) store_split_stats(p, pbase + hd, m_run[j][e], lsum[j][e]);
       }
   }
+  return i;
 }
 
 // Full-barrier arrivals per chunk: both producer warpgroups (a bf16 producer thread arrives twice,
@@ -792,12 +804,18 @@ struct small_regs {
 // MT: 16-head tiles per CTA (NH = 16 MT heads). kStaged: FP8 rows gathered by the bulk-copy engine
 // into a raw stage (producer_stage; small_staged_applies), else loaded by the producers
 // (producer_convert). kH8: a 16-head tile's CTA serving at most 8 heads with small_consumer_h8
-// (attention_params::small_heads8).
-template <uint32_t L, int MT, bool kStaged, bool kH8 = false>
+// (attention_params::small_heads8). kPersistent (staged rows, one key split;
+// attention_sm90_small_persistent): a grid smaller than the work items, each CTA running its items
+// in turn (cta_item). The producers copy the next item's first rows while the consumer finishes
+// this one. At an item change the 8-head consumer finds the next Q already in the Q tile; the 16-
+// and 32-head consumers load it (prefetched into the L2 when the item began), and the sinks where
+// the head group changes, over the output staging.
+template <uint32_t L, int MT, bool kStaged, bool kH8 = false, bool kPersistent = false>
 __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(const __grid_constant__ attention_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!kStaged || small_staged_applies(MT, L), "staged rows: FP8 layouts (32-head tiles: 584 B)");
   static_assert(!kH8 || MT == 1, "8-head CTAs use the 16-head tile's shared memory");
+  static_assert(!kPersistent || kStaged, "persistent CTAs: staged rows");
   constexpr int NH = 16 * MT;
   extern __shared__ uint8_t smem_raw[];
   cta_state st{};
@@ -807,7 +825,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
   st.empty_bar = st.full_bar + 16;
   const int tid = threadIdx.x;
   const int64_t t = st.t;
-  const int c_end = min(p.chunks[0] + p.chunks[1], st.c_begin + p.chunks_per_split);
+  const int c_end = split_end(p, st);
   const int wg = tid / 128;
   const int half = wg - 1;  // producers: which 32 rows of each chunk
   first_jobs first{};
@@ -828,34 +846,94 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if (tid < NH) {
-    const int h = st.head0 + tid;
-    reinterpret_cast<float*>(st.smem + small_map::sink)[tid] = h < p.num_heads ? head_sink(p, h) : -INFINITY;
-  }
+  // The sink logits of item state s's heads (padding heads -inf), read by the consumer's epilogue.
+  auto store_sinks = [&](const cta_state& s) {
+    if (tid < NH) {
+      const int h = s.head0 + tid;
+      reinterpret_cast<float*>(st.smem + small_map::sink)[tid] = h < p.num_heads ? head_sink(p, h) : -INFINITY;
+    }
+  };
+  store_sinks(st);
   __syncthreads();
   const chunk_walk walk{p, counts[0], counts[1], c_end};
   if (wg == 0) {
     set_max_registers_inc<small_regs<MT>::kConsumer>();
-    // Q (NH rows, padding heads zero): unit tid % 64 of rows tid / 64 + 2m; padded rows for mma.sync,
-    // the swizzled tile for wgmma.
-    const int unit = tid % 64;
-    const int64_t q0 = token_offset(p.q, t, p.seq_q, st.head0);
-    for (int r = tid / 64; r < NH; r += 2) {
-      const uint32_t off = MT == 1 ? r * kStageStride + 16 * unit : q_tile_offset(r, unit);
-      load_q_unit(p, st.smem + small_map::q + off, q0 + r * p.q.stride_h + 8 * unit, st.head0 + r >= p.num_heads);
-    }
-    cp_async_commit();
-    cp_async_wait_all();
-    if constexpr (MT == 2) fence_proxy_async();  // the tensor cores read Q through the async proxy
-    named_sync(kBarSum, 128);  // Q is complete (the barrier is free until the end of the loop)
+    // Q of item state s (NH rows, padding heads zero): unit tid % 64 of rows tid / 64 + 2m; padded
+    // rows for mma.sync, the swizzled tile for wgmma.
+    auto load_q = [&](const cta_state& s) {
+      const int unit = tid % 64;
+      const int64_t q0 = token_offset(p.q, s.t, p.seq_q, s.head0);
+      for (int r = tid / 64; r < NH; r += 2) {
+        const uint32_t off = MT == 1 ? r * kStageStride + 16 * unit : q_tile_offset(r, unit);
+        load_q_unit(p, st.smem + small_map::q + off, q0 + r * p.q.stride_h + 8 * unit, s.head0 + r >= p.num_heads);
+      }
+      cp_async_commit();
+      cp_async_wait_all();
+      if constexpr (MT == 2) fence_proxy_async();  // the tensor cores read Q through the async proxy
+      named_sync(kBarSum, 128);  // Q is complete (the barrier is free until the end of the loop)
+    };
+    load_q(st);
     if (tid == 0) trace::header(trace::kQReady);
     constexpr bool kValueScale = L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
-    if constexpr (kH8) {
-      small_consumer_h8<kValueScale>(p, st, walk, tid);
-    } else if constexpr (MT == 1) {
-      small_consumer_mma<kValueScale>(p, st, walk, tid);
-    } else {
-      small_consumer_wgmma<kValueScale>(p, st, walk, tid);
+    // 8-head persistent CTAs hold Q^T in registers: item k + 1's Q goes into rows 8..15 of the Q tile
+    // (padding rows of an 8-head tile) as soon as every thread holds item k's, and lands while item
+    // k runs; the epilogue stages rows 0..7. (Loaded at the item change, the next Q and sinks took
+    // ~15 k cycles there: H200, 8 heads b=128, trace build.) Their one head group keeps its sinks.
+    constexpr bool kNextQ = kH8 && kPersistent;
+    constexpr uint32_t kNextQRows = 8 * kStageStride;
+    auto load_next_q = [&](int k) {
+      named_sync(kBarStage, 128);  // every thread's Q^T of item k - 1 is loaded (from rows 8..15)
+      if (!cta_has_item(p, k)) return;
+      const cta_state n = small_item(p, st, k, NH);
+      const int unit = tid % 64;
+      const int64_t q0 = token_offset(p.q, n.t, p.seq_q, n.head0);
+      for (int r = tid / 64; r < 8; r += 2)
+        load_q_unit(p, st.smem + small_map::q + kNextQRows + r * kStageStride + 16 * unit,
+                    q0 + r * p.q.stride_h + 8 * unit, n.head0 + r >= p.num_heads);
+      cp_async_commit();
+    };
+    auto consume = [&](const cta_state& s, const chunk_walk& w, int k, int i0) {
+      if constexpr (kNextQ) {
+        return small_consumer_h8<kValueScale>(p, s, w, tid, i0, k == 0 ? 0u : kNextQRows, [&] { load_next_q(k + 1); });
+      } else if constexpr (kH8) {
+        return small_consumer_h8<kValueScale>(p, s, w, tid, i0, 0u, [] {});
+      } else if constexpr (MT == 1) {
+        return small_consumer_mma<kValueScale>(p, s, w, tid, i0);
+      } else {
+        return small_consumer_wgmma<kValueScale>(p, s, w, tid, i0);
+      }
+    };
+    // Persistent CTAs of 16 / 32 heads (Q read every chunk): item k's Q rows into the L2 (one
+    // 128-byte line per thread) while the item before it runs.
+    auto prefetch_q = [&](int k) {
+      if (!cta_has_item(p, k)) return;
+      const cta_state n = small_item(p, st, k, NH);
+      const int line = p.q_is_fp8 ? 128 : 64;  // elements per line
+      const int lines = kHeadDim / line;
+      for (int u = tid; u < NH * lines; u += 128) {
+        if (n.head0 + u / lines >= p.num_heads) continue;
+        const int64_t off = token_offset(p.q, n.t, p.seq_q, n.head0) + (u / lines) * p.q.stride_h + (u % lines) * line;
+        prefetch_l2(static_cast<const uint8_t*>(p.q.data) + off * (p.q_is_fp8 ? 1 : 2));
+      }
+    };
+    // The CTA's items (one unless persistent): item k > 0 starts once the previous epilogue is done
+    // with the staging rows (over Q) and the sinks.
+    for (int k = 0, i = 0;; ++k) {
+      const cta_state s = k == 0 ? st : small_item(p, st, k, NH);
+      const chunk_walk w = k == 0 ? walk : chunk_walk{p, list_count(p, s.t, 0), list_count(p, s.t, 1), split_end(p, s)};
+      if (k > 0) {
+        if constexpr (kNextQ) {
+          cp_async_wait_all();
+          named_sync(kBarStage, 128);  // the Q rows copied during the previous item are visible
+        } else {
+          named_sync(kBarStage, 128);
+          if (p.head_groups > 1) store_sinks(s);  // sinks depend on the head group only
+          load_q(s);  // its barrier also publishes the sinks
+        }
+      }
+      if constexpr (kPersistent && !kNextQ) prefetch_q(k + 1);
+      i = consume(s, w, k, i);
+      if (!kPersistent || !cta_has_item(p, k + 1)) break;
     }
     if (tid == 0) {
       trace::header(trace::kWg0End);
@@ -868,7 +946,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     if constexpr (row_format<L>::kBf16) {
       producer_copy<L, small_map, true>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
     } else if constexpr (kStaged) {
-      producer_stage<L, small_stage_map<MT>>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
+      producer_stage<L, small_stage_map<MT>, kPersistent>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
     } else {
       producer_convert<L, small_map, 1, true>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
     }
@@ -876,16 +954,22 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-// Calls f(kernel, MT, staged, h8) for every instantiation of the kernel over layout L, until one
-// fails: the one list that configuring (all) and launching (the plan's) both walk.
+// Calls f(kernel, MT, staged, h8, persistent) for every instantiation of the kernel over layout L,
+// until one fails: the one list that configuring (all) and launching (the plan's) both walk.
 template <uint32_t L, class F>
 cudaError_t for_each_small_kernel(F&& f) {
   auto tile = [&](auto mt, auto staged) {
     constexpr int MT = decltype(mt)::value;
     constexpr bool kStaged = decltype(staged)::value;
-    cudaError_t err = f(attention_sm90_small_kernel<L, MT, kStaged>, MT, kStaged, false);
+    cudaError_t err = f(attention_sm90_small_kernel<L, MT, kStaged>, MT, kStaged, false, false);
     if constexpr (MT == 1) {
-      if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, 1, kStaged, true>, 1, kStaged, true);
+      if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, 1, kStaged, true>, 1, kStaged, true, false);
+    }
+    if constexpr (kStaged) {
+      if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, MT, true, false, true>, MT, true, false, true);
+      if constexpr (MT == 1) {
+        if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, 1, true, true, true>, 1, true, true, true);
+      }
     }
     return err;
   };
@@ -902,14 +986,17 @@ cudaError_t for_each_small_kernel(F&& f) {
   return err;
 }
 
-// The plan's kernel: its tile width, staged rows where they apply, the 8-head consumer if asked.
+// The plan's kernel: its tile width, staged rows where they apply, the 8-head consumer if asked,
+// persistent CTAs where attention_sm90_small_persistent says.
 template <uint32_t L>
-cudaError_t launch_small(const attention_params& p, const cudaLaunchConfig_t& cfg) {
+cudaError_t launch_small(const attention_params& p, cudaLaunchConfig_t cfg) {
   const bool staged = p.small_staged != 0 && small_staged_applies(p.head_tiles, L);
   const bool h8 = p.small_heads8 != 0;
+  const bool persistent = attention_sm90_small_persistent(p);
+  if (persistent) cfg.gridDim.x = static_cast<unsigned>(p.resident_ctas[0]);
   bool launched = false;
-  const cudaError_t err = for_each_small_kernel<L>([&](auto kernel, int mt, bool s, bool k8) {
-    if (launched || mt != p.head_tiles || s != staged || k8 != h8) return cudaSuccess;
+  const cudaError_t err = for_each_small_kernel<L>([&](auto kernel, int mt, bool s, bool k8, bool pers) {
+    if (launched || mt != p.head_tiles || s != staged || k8 != h8 || pers != persistent) return cudaSuccess;
     launched = true;
     return cudaLaunchKernelEx(&cfg, kernel, p);
   });
@@ -935,9 +1022,37 @@ cudaError_t attention_sm90_small_configure() {
 #endif
   return for_each_sm90_layout([](auto l) {
     constexpr uint32_t L = decltype(l)::value;
-    return for_each_small_kernel<L>([](auto kernel, int mt, bool staged, bool) {
+    return for_each_small_kernel<L>([](auto kernel, int mt, bool staged, bool, bool) {
       return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(attention_sm90_small_smem_bytes(mt, L, staged)));
+    });
+  });
+}
+
+// Persistent small-head CTAs pay at four waves of work items but not at two (H200, 8 heads: b=256,
+// 3.9 waves, 103.2 -> 99.8 us; b=128, 1.9 waves, 54.2 -> 56.0 us: there the item changes cost more
+// than the CTA starts they save); they are taken from three waves on.
+constexpr int64_t kSmallPersistentWaves = 3;
+bool attention_sm90_small_persistent(const attention_params& p) {
+  const int64_t items = item_count(p);
+  const int64_t resident = p.resident_ctas[0];
+  if (p.small_staged == 0 || !small_staged_applies(p.head_tiles, p.cache[0].layout) || p.num_splits != 1 || resident <= 0)
+    return false;
+  return p.persistent_forced != 0 ? items > resident : uniform_items(p) && items >= kSmallPersistentWaves * resident;
+}
+
+cudaError_t attention_sm90_small_resident(int head_tiles, uint32_t layout, int sm_count, int* resident) {
+  *resident = 0;
+  if (!small_staged_applies(head_tiles, layout)) return cudaSuccess;
+  const size_t smem = attention_sm90_small_smem_bytes(head_tiles, layout, true);
+  return with_sm90_layout(layout, [&](auto l) {
+    constexpr uint32_t L = decltype(l)::value;
+    return for_each_small_kernel<L>([&](auto kernel, int mt, bool staged, bool h8, bool pers) {
+      if (mt != head_tiles || !staged || h8 || !pers) return cudaSuccess;
+      int per_sm = 0;
+      const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSmallThreads, smem);
+      *resident = per_sm * sm_count;
+      return err;
     });
   });
 }

@@ -55,7 +55,7 @@ struct attention_params {
   int32_t out_aligned16;      // out rows are 16-byte aligned: written with 16-byte stores
   int32_t chunk_keys;         // kChunkKeys, or kSmallChunkKeys (16-head tiles, small shared memory)
   int32_t dependent_combine;  // sm_90+: the combine kernel is a programmatic dependent launch
-  int32_t resident_ctas[2];   // Hopper wgmma kernel: CTAs / CTA pairs x 2 the device holds at once
+  int32_t resident_ctas[2];   // Hopper kernels: CTAs / CTA pairs x 2 (wgmma) the device holds at once
                               // (persistent CTAs for many work items); 0: one CTA per item
   int32_t persistent_forced;  // persistent CTAs for uneven items too (DSV4_CUDA_PERSISTENT tests)
   int32_t stream_rows;        // Hopper producers: rows are mostly read once, evicted first from L2
@@ -148,6 +148,15 @@ constexpr DSV4_HD bool small_staged_applies(int head_tiles, uint32_t layout) {
 size_t attention_sm90_small_smem_bytes(int head_tiles, uint32_t layout, bool staged);
 bool attention_sm90_small_compiled();
 cudaError_t attention_sm90_small_configure();
+// CTAs of its staged kernel of `head_tiles` tiles of `layout` the device holds at once (its persistent
+// CTAs; after attention_sm90_small_configure); 0 where the staged producers do not apply.
+cudaError_t attention_sm90_small_resident(int head_tiles, uint32_t layout, int sm_count, int* resident);
+// Whether run p takes persistent CTAs (p.resident_ctas[0] of them, each running its work items in
+// turn): staged rows, one key split, at least three times the work items the device holds at once,
+// all of one length (a fixed item order would lose the hardware's balancing of uneven ones); with
+// p.persistent_forced, any lengths and more items than CTAs.
+bool attention_sm90_small_persistent(const attention_params& p);
+// Enqueues the kernel and, when num_splits > 1, the combine kernel.
 cudaError_t attention_sm90_small_launch(const attention_params& p, cudaStream_t stream);
 
 // Paged mode: builds every token's SWA and compressed lists into the workspace (one thread per token,

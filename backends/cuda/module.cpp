@@ -272,6 +272,16 @@ dsv4_status size_plan(plan* p) {
   const bool stage_ok = !host_env_off("DSV4_CUDA_SMALL_STAGE");
   // DSV4_CUDA_SMALL_H8=0 (A/B runs, tests) keeps 1..8 heads on the 16-head tile's consumer.
   const bool h8_ok = !host_env_off("DSV4_CUDA_SMALL_H8");
+  // Persistent CTAs of the Hopper kernels for runs of more work items than the device holds: up to
+  // `resident` of them. DSV4_CUDA_PERSISTENT (A/B runs, tests): 0 = one CTA per item; n > 0 = at most
+  // n CTAs, looping over items, whatever the lengths.
+  const char* penv = host_env("DSV4_CUDA_PERSISTENT");
+  auto cap_persistent = [&](tiling* t) {
+    if (penv == nullptr) return;
+    const int cap = std::max(0, std::atoi(penv));
+    for (int& r : t->resident) r = std::min(r, cap);
+    t->persistent_forced = cap > 0;
+  };
   // The small-head kernel's tiles of `tile_rows` (16 or 32) heads per CTA: the plan's own tiling
   // (1..32 heads), or narrow tiles of a plan of more heads.
   auto small_tiling = [&](tiling* t, int tile_rows, bool narrow_of_wider) {
@@ -282,6 +292,11 @@ dsv4_status size_plan(plan* p) {
                       attention_sm90_small_smem_bytes(t->head_tiles, layout, true) <= p->ctx->smem_optin;
     t->smem_bytes = attention_sm90_small_smem_bytes(t->head_tiles, layout, t->small_staged);
     t->small_heads8 = t->small_heads8 && h8_ok;
+    if (t->small_staged) {
+      const cudaError_t rerr = attention_sm90_small_resident(t->head_tiles, layout, p->ctx->sm_count, &t->resident[0]);
+      if (rerr != cudaSuccess) return cuda_fail(rerr, "plan: occupancy (sm90 small)");
+      cap_persistent(t);
+    }
     return DSV4_STATUS_OK;
   };
   if (small_ok && o.num_heads <= 2 * kMmaRows) {
@@ -296,16 +311,9 @@ dsv4_status size_plan(plan* p) {
     tiling& h = rp.sm90;
     h = wgmma_tiles(o.num_heads, layout);
     h.smem_bytes = attention_sm90_smem_bytes();
-    // Persistent CTAs for runs of more work items than the device holds. DSV4_CUDA_PERSISTENT (A/B
-    // runs, tests): 0 = one CTA per item; n > 0 = at most n CTAs, looping over items.
     const cudaError_t rerr = attention_sm90_resident(p->ctx->sm_count, h.resident);
     if (rerr != cudaSuccess) return cuda_fail(rerr, "plan: occupancy (sm90)");
-    const char* penv = host_env("DSV4_CUDA_PERSISTENT");
-    if (penv != nullptr) {
-      const int cap = std::max(0, std::atoi(penv));
-      for (int& r : h.resident) r = std::min(r, cap);
-      h.persistent_forced = cap > 0;
-    }
+    cap_persistent(&h);
     if (small_ok) {
       // The small-head kernel's 16- and 32-head tiles for runs that do not fill the device with
       // 64-head CTAs (their costs: planner.cpp).
@@ -368,9 +376,10 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   a.head_groups = tl.head_groups;
   a.chunk_keys = p.chunk_keys;
   a.dependent_combine = p.ctx->cc_major >= 9 ? 1 : 0;
-  a.resident_ctas[0] = tl.sm90 ? tl.resident[0] : 0;
-  a.resident_ctas[1] = tl.sm90 ? tl.resident[1] : 0;
-  a.persistent_forced = tl.sm90 && tl.persistent_forced ? 1 : 0;
+  const bool hopper_tiling = tl.sm90 || tl.sm90_small;
+  a.resident_ctas[0] = hopper_tiling ? tl.resident[0] : 0;
+  a.resident_ctas[1] = hopper_tiling ? tl.resident[1] : 0;
+  a.persistent_forced = hopper_tiling && tl.persistent_forced ? 1 : 0;
   a.chunks[0] = p.chunks[0];
   a.chunks[1] = p.chunks[1];
   a.width[0] = p.width[0];
@@ -448,7 +457,10 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   const bool ordered = order_tokens(p.planner, tl, run.num_tokens, sp.splits, !uniform_items(a));
   if (p.log_runs)
     log_debug("run: %d tokens, %s h%d tiles, %d split(s) of %d chunk(s)%s", run.num_tokens, tiling_kernel(tl),
-              tiling_heads(tl), sp.splits, sp.chunks_per_split, ordered ? ", tokens longest first" : "");
+              tiling_heads(tl), sp.splits, sp.chunks_per_split,
+              ordered                                             ? ", tokens longest first"
+              : tl.sm90_small && attention_sm90_small_persistent(a) ? ", persistent CTAs"
+                                                                  : "");
   if (sp.splits > 1) {
     const size_t rows = static_cast<size_t>(run.num_tokens) * static_cast<size_t>(sp.splits);
     if (rows > p.partial_rows)

@@ -608,6 +608,21 @@ __device__ __forceinline__ void set_item(cta_state& st, const attention_params& 
   st.c_begin = st.split * p.chunks_per_split;
 }
 
+// Work items of a persistent CTA (a grid smaller than the item count): blockIdx.x, then every
+// gridDim.x-th. small_item: the CTA state st (cta_begin set it to the first item) set to its k-th.
+__device__ __forceinline__ int64_t cta_item(int k) { return blockIdx.x + static_cast<int64_t>(k) * gridDim.x; }
+__device__ __forceinline__ bool cta_has_item(const attention_params& p, int k) { return cta_item(k) < item_count(p); }
+__device__ __forceinline__ cta_state small_item(const attention_params& p, const cta_state& st, int k,
+                                                int heads_per_cta) {
+  cta_state s = st;
+  set_item(s, p, cta_item(k), heads_per_cta);
+  return s;
+}
+// The last chunk (exclusive) of item state st's key split.
+__device__ __forceinline__ int split_end(const attention_params& p, const cta_state& st) {
+  return min(p.chunks[0] + p.chunks[1], st.c_begin + p.chunks_per_split);
+}
+
 // Start of a Hopper CTA: its shared-memory base (1024-byte aligned, as the 128B swizzle needs), the
 // dependent combine launch released early, and its first work item (set_item of blockIdx.x).
 __device__ __forceinline__ void cta_begin(cta_state& st, uint8_t* smem_raw, const attention_params& p,
@@ -828,6 +843,58 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
   return i;
 }
 
+// The chunks a producer copies, one position at a time: the active chunks of the CTA's work item
+// (walk), or with kPersistent those of its items k = 0, 1, ... in turn, each with its token's lists.
+// Item k + 1's list counts are loaded when item k is entered, so that crossing into it waits on
+// nothing. Only what the positions need is kept (the producers' registers are few).
+template <bool kPersistent>
+struct chunk_stream {
+  const attention_params& p;
+  int k = 0;  // the item of the position
+  int count0, count1, c_end;
+  token_lists lists;
+  int next0 = 0, next1 = 0;  // persistent: item k + 1's list counts
+  int c;                     // the position: a chunk of item k, or >= c_end past the last
+
+  __device__ chunk_stream(const attention_params& p_, const cta_state& st, const chunk_walk& w)
+      : p(p_), count0(w.count0), count1(w.count1), c_end(w.c_end), lists(token_lists_of(p_, st.t)),
+        c(w.next_active(st.c_begin)) {
+    if constexpr (kPersistent) {
+      load_next(st);
+      settle(st);
+    }
+  }
+  __device__ chunk_walk walk() const { return chunk_walk{p, count0, count1, c_end}; }
+  __device__ bool valid() const { return c < c_end; }
+  // Moves to the next chunk (st: any state of the CTA, for its shared-memory fields); whether there is one.
+  __device__ bool advance(const cta_state& st) {
+    c = walk().next_active(c + 1);
+    if constexpr (kPersistent) settle(st);
+    return valid();
+  }
+
+ private:
+  __device__ void load_next(const cta_state& st) {
+    if (!cta_has_item(p, k + 1)) return;
+    const cta_state n = small_item(p, st, k + 1, 1);  // the head group does not matter here
+    next0 = list_count(p, n.t, 0);
+    next1 = list_count(p, n.t, 1);
+  }
+  // Past item k's last chunk: on to the first chunk of the next item that has one.
+  __device__ void settle(const cta_state& st) {
+    while (!valid() && cta_has_item(p, k + 1)) {
+      ++k;
+      const cta_state n = small_item(p, st, k, 1);
+      count0 = next0;
+      count1 = next1;
+      c_end = split_end(p, n);
+      lists = token_lists_of(p, n.t);
+      load_next(st);
+      c = walk().next_active(n.c_begin);
+    }
+  }
+};
+
 // The FP8 producer of two producer warpgroups (the small-head kernel) with rows staged by the
 // bulk-copy engine: warp w of warpgroup `half` owns rows 32 half + 8 w + r (r < 8) of every chunk,
 // as in producer_convert's map, and keeps two chunks of them in flight as raw bytes in its own
@@ -846,8 +913,9 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
 // the rope into the L2 when the row is staged made it slower (H200, 32 heads b=64: 37.6 -> 39.3 us
 // by a bulk prefetch, 38.1 by two line prefetches): the producers are bound by what they issue,
 // and the rope's lines arrive in time without.
-// i0 and the result: as for producer_convert (i0 = 0: one work item per CTA).
-template <uint32_t L, class Map>
+// kPersistent: the CTA's work items one after another (chunk_stream), so that the next item's rows
+// are copied while this item's last chunks are converted. The result: the chunks converted.
+template <uint32_t L, class Map, bool kPersistent = false>
 __device__ __forceinline__ int producer_stage(const attention_params& p, const cta_state& st, const chunk_walk& walk,
                                               const first_jobs& first, int half, int warp, int lane) {
   using F = row_format<L>;
@@ -886,11 +954,18 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
     if constexpr (F::kV4) scales = ld_nc8(sc);
     return 1u;
   };
-  const token_lists lists = token_lists_of(p, st.t);
-  auto entry = [&](int c) {
+  // The chunks to copy, in order: the item's (persistent CTAs: every item's); `stream` is at the next
+  // chunk whose list entry is loaded.
+  chunk_stream<kPersistent> stream(p, st, walk);
+  auto entry = [&]() {
     int32_t idx[1] = {-1};
-    if (issuer) load_chunk_indices<1>(walk, c, lists, &row, idx);
+    if (issuer) load_chunk_indices<1>(stream.walk(), stream.c, stream.lists, &row, idx);
     return idx[0];
+  };
+  // The entries of the first item's first two chunks were speculated at the kernel's start.
+  auto entry_first = [&](int j) {
+    if (!issuer) return -1;
+    return !kPersistent || stream.k == 0 ? first_entry(stream.walk(), stream.lists, first, j, stream.c) : entry();
   };
   // Converts chunk i (slot i % 2; lane r holds its row's validity, scales and pointer) into K buffer i % 2.
   auto convert = [&](int i, uint32_t info, uint2 scales, const uint8_t* row_src) {
@@ -938,44 +1013,47 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
   };
   // Chunks 0 and 1 from the speculated entries, then chunk i + 2 into chunk i's slot once it is
   // converted (the warp's own lanes read it: __syncwarp orders their reads before the copies).
-  const int c0 = walk.next_active(st.c_begin);
-  const int c1 = walk.next_active(c0 + 1);
   static_assert(kRawSlots == 2, "the loop below alternates two slots");
   uint32_t info0 = 0u, info1 = 0u;
   uint2 scales0 = make_uint2(0u, 0u), scales1 = make_uint2(0u, 0u);
   const uint8_t* src0 = nullptr;
   const uint8_t* src1 = nullptr;
   if (stamp) trace::header(trace::kProdEnter);
-  if (c0 < walk.c_end) info0 = issue(c0, 0, issuer ? first_entry(walk, lists, first, 0, c0) : -1, scales0, src0);
+  bool full0 = stream.valid();  // whether slot 0 / 1 holds a chunk to convert
+  if (full0) {
+    info0 = issue(stream.c, 0, entry_first(0), scales0, src0);
+    stream.advance(st);
+  }
   if (stamp) trace::header(trace::kProdIssued0);
-  if (c1 < walk.c_end) info1 = issue(c1, 1, issuer ? first_entry(walk, lists, first, 1, c1) : -1, scales1, src1);
+  bool full1 = stream.valid();
+  if (full1) {
+    info1 = issue(stream.c, 1, entry_first(1), scales1, src1);
+    stream.advance(st);
+  }
   if (stamp) trace::header(trace::kProdIssued1);
-  // The list entries of the next two chunks to issue (c_issue, c_ahead) are in flight a whole chunk
-  // period before their rows are resolved: one period ahead, their loads stalled the issue (H200).
-  int c_issue = c1 < walk.c_end ? walk.next_active(c1 + 1) : walk.c_end;
-  int c_ahead = c_issue < walk.c_end ? walk.next_active(c_issue + 1) : walk.c_end;
-  int32_t idx_issue = c_issue < walk.c_end ? entry(c_issue) : -1;
-  int32_t idx_ahead = c_ahead < walk.c_end ? entry(c_ahead) : -1;
-  auto step = [&](int i, int s, uint32_t& info, uint2& scales, const uint8_t*& row_src) {
+  // The list entries of the next two chunks to issue (c_issue, and the stream's) are in flight a
+  // whole chunk period before their rows are resolved: one period ahead, their loads stalled the
+  // issue (H200).
+  int c_issue = stream.valid() ? stream.c : -1;  // -1: none
+  int32_t idx_issue = c_issue >= 0 ? entry() : -1;
+  if (c_issue >= 0) stream.advance(st);
+  int32_t idx_ahead = stream.valid() ? entry() : -1;
+  auto step = [&](int i, int s, bool& full, uint32_t& info, uint2& scales, const uint8_t*& row_src) {
     convert(i, info, scales, row_src);
     __syncwarp();
-    if (c_issue < walk.c_end) {
+    full = c_issue >= 0;
+    if (full) {
       info = issue(c_issue, s, idx_issue, scales, row_src);
-      c_issue = c_ahead;
+      c_issue = stream.valid() ? stream.c : -1;
       idx_issue = idx_ahead;
-      if (c_ahead < walk.c_end) {
-        c_ahead = walk.next_active(c_ahead + 1);
-        if (c_ahead < walk.c_end) idx_ahead = entry(c_ahead);
-      }
+      if (c_issue >= 0 && stream.advance(st)) idx_ahead = entry();
     }
   };
   int i = 0;
-  for (int c = c0; c < walk.c_end;) {
-    step(i++, 0, info0, scales0, src0);
-    c = walk.next_active(c + 1);
-    if (c >= walk.c_end) break;
-    step(i++, 1, info1, scales1, src1);
-    c = walk.next_active(c + 1);
+  while (full0) {
+    step(i++, 0, full0, info0, scales0, src0);
+    if (!full1) break;
+    step(i++, 1, full1, info1, scales1, src1);
   }
   if (stamp) trace::header(trace::kProdEnd);
   return i;

@@ -621,7 +621,7 @@ std::vector<bench_case> cases() {
   }
   // Small head counts (tensor parallel 8/4/2 of 64 heads) against 64 heads.
   for (int h : {8, 16, 32, 64}) {
-    for (int b : {2, 64, 128}) {
+    for (int b : decode_batches) {
       bench_case c;
       c.name = "CONFIG1 h" + std::to_string(h) + " b=" + std::to_string(b);
       c.heads = h;

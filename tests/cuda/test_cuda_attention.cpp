@@ -53,9 +53,10 @@ struct explicit_case {
   int q_pad = 0;                 // elements after each (token, head) q row: a strided q view
   int max_splits = 0;            // DSV4_CUDA_MAX_SPLITS (0: the planner's choice)
   bool graph = false;            // also check graph capture and replay
-  int persistent = -1;           // DSV4_CUDA_PERSISTENT: at most this many wgmma CTAs, looping (-1: unset)
+  int persistent = -1;           // DSV4_CUDA_PERSISTENT: at most this many persistent Hopper CTAs, looping (-1: unset)
   int order = -1;                // DSV4_CUDA_ORDER: 1 tokens longest first wherever possible (-1: unset)
   bool expect_order = false;     // the run must hand its CTAs their tokens longest first (its log says so)
+  bool expect_persistent = false;  // the run must take persistent CTAs (its log says so)
   bool lone_nan_key = false;     // token 0's main list: one valid entry, a NaN row (dense lists)
 };
 
@@ -71,14 +72,14 @@ struct scoped_env {
   }
 };
 
-// A case that expects its run to take its tokens longest first (DSV4_CUDA_LOG_RUNS=1 set for its
-// plan) checks the run's log line.
-bool check_ordered(const std::string& name, bool expected) {
-  if (!expected || last_log().find("longest first") != std::string::npos) return true;
-  std::printf("FAIL %s: the run did not take its tokens longest first (log: \"%s\")\n", name.c_str(),
-              last_log().c_str());
+// A case that expects its run to take its tokens longest first, or persistent CTAs
+// (DSV4_CUDA_LOG_RUNS=1 set for its plan), checks the run's log line for `what`.
+bool check_logged(const std::string& name, bool expected, const char* what) {
+  if (!expected || last_log().find(what) != std::string::npos) return true;
+  std::printf("FAIL %s: the run's log does not say \"%s\" (log: \"%s\")\n", name.c_str(), what, last_log().c_str());
   return false;
 }
+bool check_ordered(const std::string& name, bool expected) { return check_logged(name, expected, "longest first"); }
 
 struct context_holder {
   const dsv4_backend_iface* iface;
@@ -492,7 +493,7 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
     if (c.max_splits > 0) env.set("DSV4_CUDA_MAX_SPLITS", std::to_string(c.max_splits));
     if (c.persistent >= 0) env.set("DSV4_CUDA_PERSISTENT", std::to_string(c.persistent));
     if (c.order >= 0) env.set("DSV4_CUDA_ORDER", std::to_string(c.order));
-    if (c.expect_order) env.set("DSV4_CUDA_LOG_RUNS", "1");
+    if (c.expect_order || c.expect_persistent) env.set("DSV4_CUDA_LOG_RUNS", "1");
     plan_ptr = std::make_unique<plan_holder>(m.iface, ctx, P.options);
   }
   plan_holder& plan = *plan_ptr;
@@ -510,7 +511,8 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
   last_log().clear();
   DSV4_OK(m.iface->run(plan.plan, &P.run));
   CUDA_OK(cudaDeviceSynchronize());
-  if (!check_ordered(c.name, c.expect_order)) return false;
+  if (!check_ordered(c.name, c.expect_order) || !check_logged(c.name, c.expect_persistent, "persistent CTAs"))
+    return false;
   std::vector<double> out, lse, ml;
   download_results(P, T, c.heads, c.seq_q, &out, &lse, &ml);
   if (!check_against_reference(P.ref, out, lse, ml, c.name)) return false;
@@ -1376,6 +1378,65 @@ std::vector<explicit_case> explicit_cases() {
     c.name = "sm90s-v4-h32-qodd";
     c.heads = 32;
     c.q_pad = 4;
+    add(c);
+  }
+  // Persistent small-head CTAs (staged rows, one split), forced few so that each runs several work
+  // items in turn: items crossed inside the producers' two-slot stream, empty items (zero lengths),
+  // the 8-, 16- and 32-head consumers, every FP8 layout, NaN rows and extreme scales, fp8 q, head
+  // groups alternating per CTA (40 heads on 16-head tiles), a graph replayed; and the planner's own
+  // choice over 440 tokens of full lists (> 3 waves on an H100 or H200: 132 SMs).
+  {
+    explicit_case c;
+    c.name = "sm90s-persist3-v4-h8";
+    c.heads = 8;
+    c.batch = 7;
+    c.topk = 200;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 130;
+    c.block = 61;
+    c.extra_block = 2;
+    c.special_rows = true;
+    c.max_splits = 1;
+    c.persistent = 3;
+    c.expect_persistent = true;
+    add(c);
+    c.name = "sm90s-persist2-v4-h13";
+    c.heads = 13;
+    c.persistent = 2;
+    add(c);
+    c.name = "sm90s-persist4-v4-h24-graph";
+    c.heads = 24;
+    c.block = 37;
+    c.persistent = 4;
+    c.graph = true;
+    add(c);
+    c.name = "sm90s-persist3-per-tensor-fp8-q-h5";
+    per_tensor_fp8_q(c);
+    c.heads = 5;
+    c.persistent = 3;
+    c.graph = false;
+    add(c);
+    c.name = "sm90s-persist5-wide-v4-h40";
+    c.layout = c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.q_fp8 = false;
+    c.kv_scale = 1.0f;
+    c.kernel = "small";
+    c.heads = 40;
+    c.batch = 5;
+    c.persistent = 5;
+    add(c);
+  }
+  {
+    explicit_case c;
+    c.name = "sm90s-persist-default-v4-h8-T440";
+    c.heads = 8;
+    c.batch = 220;
+    c.lengths = false;
+    c.extra_lengths = false;
+    c.topk = 64;
+    c.extra_layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+    c.extra_topk = 128;
+    c.expect_persistent = true;
     add(c);
   }
   {
