@@ -27,8 +27,8 @@
 //       [head][key], 128B-swizzled) goes to shared memory by stmatrix.trans (40.3 -> 39.3 us).
 //       With mma.sync, 32 heads loaded Q, K and V fragments by ldmatrix for two m-tiles every chunk;
 //       for 16 heads mma.sync stays the faster (H200: docs/performance.md, round 29).
-// Persistent CTAs (runs of one split with at least three waves of uniform work items, FP8 rows
-// staged): one CTA per SM runs items blockIdx.x, + gridDim.x, ... in turn. The producers' chunk
+// Persistent CTAs (16-head tiles; runs of one split with at least three waves of uniform work
+// items, FP8 rows staged): one CTA per SM runs items blockIdx.x, + gridDim.x, ... in turn. The producers' chunk
 // stream crosses from item to item (chunk_stream), so the next item's first rows are copied while
 // this item's last chunks are computed; the consumer's buffer phases go on across items (H200, 8
 // heads b=256: 103.2 -> 99.8 us).
@@ -804,18 +804,18 @@ struct small_regs {
 // MT: 16-head tiles per CTA (NH = 16 MT heads). kStaged: FP8 rows gathered by the bulk-copy engine
 // into a raw stage (producer_stage; small_staged_applies), else loaded by the producers
 // (producer_convert). kH8: a 16-head tile's CTA serving at most 8 heads with small_consumer_h8
-// (attention_params::small_heads8). kPersistent (staged rows, one key split;
+// (attention_params::small_heads8). kPersistent (16-head tiles of staged rows, one key split;
 // attention_sm90_small_persistent): a grid smaller than the work items, each CTA running its items
 // in turn (cta_item). The producers copy the next item's first rows while the consumer finishes
-// this one. At an item change the 8-head consumer finds the next Q already in the Q tile; the 16-
-// and 32-head consumers load it (prefetched into the L2 when the item began), and the sinks where
-// the head group changes, over the output staging.
+// this one. At an item change the 8-head consumer finds the next Q already in the Q tile; the
+// 16-head consumer loads it (prefetched into the L2 when the item began), and the sinks where the
+// head group changes, over the output staging.
 template <uint32_t L, int MT, bool kStaged, bool kH8 = false, bool kPersistent = false>
 __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(const __grid_constant__ attention_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!kStaged || small_staged_applies(MT, L), "staged rows: FP8 layouts (32-head tiles: 584 B)");
   static_assert(!kH8 || MT == 1, "8-head CTAs use the 16-head tile's shared memory");
-  static_assert(!kPersistent || kStaged, "persistent CTAs: staged rows");
+  static_assert(!kPersistent || (kStaged && MT == 1), "persistent CTAs: 16-head tiles of staged rows");
   constexpr int NH = 16 * MT;
   extern __shared__ uint8_t smem_raw[];
   cta_state st{};
@@ -903,8 +903,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
         return small_consumer_wgmma<kValueScale>(p, s, w, tid, i0);
       }
     };
-    // Persistent CTAs of 16 / 32 heads (Q read every chunk): item k's Q rows into the L2 (one
-    // 128-byte line per thread) while the item before it runs.
+    // Persistent CTAs of 16 heads (Q read every chunk): item k's Q rows into the L2 (one 128-byte
+    // line per thread) while the item before it runs.
     auto prefetch_q = [&](int k) {
       if (!cta_has_item(p, k)) return;
       const cta_state n = small_item(p, st, k, NH);
@@ -965,11 +965,9 @@ cudaError_t for_each_small_kernel(F&& f) {
     if constexpr (MT == 1) {
       if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, 1, kStaged, true>, 1, kStaged, true, false);
     }
-    if constexpr (kStaged) {
-      if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, MT, true, false, true>, MT, true, false, true);
-      if constexpr (MT == 1) {
-        if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, 1, true, true, true>, 1, true, true, true);
-      }
+    if constexpr (kStaged && MT == 1) {
+      if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, 1, true, false, true>, 1, true, false, true);
+      if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, 1, true, true, true>, 1, true, true, true);
     }
     return err;
   };
@@ -1031,19 +1029,22 @@ cudaError_t attention_sm90_small_configure() {
 
 // Persistent small-head CTAs pay at four waves of work items but not at two (H200, 8 heads: b=256,
 // 3.9 waves, 103.2 -> 99.8 us; b=128, 1.9 waves, 54.2 -> 56.0 us: there the item changes cost more
-// than the CTA starts they save); they are taken from three waves on.
+// than the CTA starts they save); they are taken from three waves on, for 16-head tiles only: 32-head
+// tiles, whose item change loads Q and whose persistent form spilled, were 10 % slower at b=256
+// (137.0 -> 150.3 us).
 constexpr int64_t kSmallPersistentWaves = 3;
 bool attention_sm90_small_persistent(const attention_params& p) {
   const int64_t items = item_count(p);
   const int64_t resident = p.resident_ctas[0];
-  if (p.small_staged == 0 || !small_staged_applies(p.head_tiles, p.cache[0].layout) || p.num_splits != 1 || resident <= 0)
+  if (p.head_tiles != 1 || p.small_staged == 0 || !small_staged_applies(1, p.cache[0].layout) || p.num_splits != 1 ||
+      resident <= 0)
     return false;
   return p.persistent_forced != 0 ? items > resident : uniform_items(p) && items >= kSmallPersistentWaves * resident;
 }
 
 cudaError_t attention_sm90_small_resident(int head_tiles, uint32_t layout, int sm_count, int* resident) {
   *resident = 0;
-  if (!small_staged_applies(head_tiles, layout)) return cudaSuccess;
+  if (head_tiles != 1 || !small_staged_applies(1, layout)) return cudaSuccess;  // as attention_sm90_small_persistent
   const size_t smem = attention_sm90_small_smem_bytes(head_tiles, layout, true);
   return with_sm90_layout(layout, [&](auto l) {
     constexpr uint32_t L = decltype(l)::value;

@@ -149,10 +149,11 @@ size_t attention_sm90_small_smem_bytes(int head_tiles, uint32_t layout, bool sta
 bool attention_sm90_small_compiled();
 cudaError_t attention_sm90_small_configure();
 // CTAs of its staged kernel of `head_tiles` tiles of `layout` the device holds at once (its persistent
-// CTAs; after attention_sm90_small_configure); 0 where the staged producers do not apply.
+// CTAs; after attention_sm90_small_configure); 0 where it has no persistent form.
 cudaError_t attention_sm90_small_resident(int head_tiles, uint32_t layout, int sm_count, int* resident);
 // Whether run p takes persistent CTAs (p.resident_ctas[0] of them, each running its work items in
-// turn): staged rows, one key split, at least three times the work items the device holds at once,
+// turn): 16-head tiles of staged rows, one key split, at least three times the work items the
+// device holds at once,
 // all of one length (a fixed item order would lose the hardware's balancing of uneven ones); with
 // p.persistent_forced, any lengths and more items than CTAs.
 bool attention_sm90_small_persistent(const attention_params& p);

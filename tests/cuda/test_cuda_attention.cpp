@@ -1380,11 +1380,11 @@ std::vector<explicit_case> explicit_cases() {
     c.q_pad = 4;
     add(c);
   }
-  // Persistent small-head CTAs (staged rows, one split), forced few so that each runs several work
-  // items in turn: items crossed inside the producers' two-slot stream, empty items (zero lengths),
-  // the 8-, 16- and 32-head consumers, every FP8 layout, NaN rows and extreme scales, fp8 q, head
-  // groups alternating per CTA (40 heads on 16-head tiles), a graph replayed; and the planner's own
-  // choice over 440 tokens of full lists (> 3 waves on an H100 or H200: 132 SMs).
+  // Persistent small-head CTAs (16-head tiles of staged rows, one split), forced few so that each
+  // runs several work items in turn: items crossed inside the producers' two-slot stream, empty
+  // items (zero lengths), the 8- and 16-head consumers, every FP8 layout, NaN rows and extreme
+  // scales, fp8 q, head groups alternating per CTA (40 heads on 16-head tiles), a graph replayed;
+  // and the planner's own choice over 440 tokens of full lists (> 3 waves on an H100 or H200).
   {
     explicit_case c;
     c.name = "sm90s-persist3-v4-h8";
@@ -1404,8 +1404,8 @@ std::vector<explicit_case> explicit_cases() {
     c.heads = 13;
     c.persistent = 2;
     add(c);
-    c.name = "sm90s-persist4-v4-h24-graph";
-    c.heads = 24;
+    c.name = "sm90s-persist4-v4-h16-graph";
+    c.heads = 16;
     c.block = 37;
     c.persistent = 4;
     c.graph = true;
