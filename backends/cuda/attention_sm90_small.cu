@@ -858,16 +858,21 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
   const chunk_walk walk{p, counts[0], counts[1], c_end};
   if (wg == 0) {
     set_max_registers_inc<small_regs<MT>::kConsumer>();
-    // Q of item state s (NH rows, padding heads zero): unit tid % 64 of rows tid / 64 + 2m; padded
-    // rows for mma.sync, the swizzled tile for wgmma.
-    auto load_q = [&](const cta_state& s) {
+    // Issues the copies of rows (heads) 0..rows-1 of item state s's Q (padding heads zero) into the
+    // Q tile, from padded row row0 on (16-head tiles; the 32-head tile is swizzled): unit tid % 64
+    // of rows tid / 64 + 2m.
+    auto issue_q = [&](const cta_state& s, int row0, int rows) {
       const int unit = tid % 64;
       const int64_t q0 = token_offset(p.q, s.t, p.seq_q, s.head0);
-      for (int r = tid / 64; r < NH; r += 2) {
-        const uint32_t off = MT == 1 ? r * kStageStride + 16 * unit : q_tile_offset(r, unit);
+      for (int r = tid / 64; r < rows; r += 2) {
+        const uint32_t off = MT == 1 ? (row0 + r) * kStageStride + 16 * unit : q_tile_offset(r, unit);
         load_q_unit(p, st.smem + small_map::q + off, q0 + r * p.q.stride_h + 8 * unit, s.head0 + r >= p.num_heads);
       }
       cp_async_commit();
+    };
+    // Q of item state s, all NH rows, complete for every consumer thread.
+    auto load_q = [&](const cta_state& s) {
+      issue_q(s, 0, NH);
       cp_async_wait_all();
       if constexpr (MT == 2) fence_proxy_async();  // the tensor cores read Q through the async proxy
       named_sync(kBarSum, 128);  // Q is complete (the barrier is free until the end of the loop)
@@ -880,17 +885,10 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     // k runs; the epilogue stages rows 0..7. (Loaded at the item change, the next Q and sinks took
     // ~15 k cycles there: H200, 8 heads b=128, trace build.) Their one head group keeps its sinks.
     constexpr bool kNextQ = kH8 && kPersistent;
-    constexpr uint32_t kNextQRows = 8 * kStageStride;
+    constexpr uint32_t kNextQRows = 8 * kStageStride;  // rows 8..15, in bytes
     auto load_next_q = [&](int k) {
       named_sync(kBarStage, 128);  // every thread's Q^T of item k - 1 is loaded (from rows 8..15)
-      if (!cta_has_item(p, k)) return;
-      const cta_state n = small_item(p, st, k, NH);
-      const int unit = tid % 64;
-      const int64_t q0 = token_offset(p.q, n.t, p.seq_q, n.head0);
-      for (int r = tid / 64; r < 8; r += 2)
-        load_q_unit(p, st.smem + small_map::q + kNextQRows + r * kStageStride + 16 * unit,
-                    q0 + r * p.q.stride_h + 8 * unit, n.head0 + r >= p.num_heads);
-      cp_async_commit();
+      if (cta_has_item(p, k)) issue_q(small_item(p, st, k, NH), 8, 8);
     };
     auto consume = [&](const cta_state& s, const chunk_walk& w, int k, int i0) {
       if constexpr (kNextQ) {
