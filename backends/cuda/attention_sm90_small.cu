@@ -1025,21 +1025,6 @@ cudaError_t attention_sm90_small_configure() {
   });
 }
 
-// Persistent small-head CTAs pay at four waves of work items but not at two (H200, 8 heads: b=256,
-// 3.9 waves, 103.2 -> 99.8 us; b=128, 1.9 waves, 54.2 -> 56.0 us: there the item changes cost more
-// than the CTA starts they save); they are taken from three waves on, for 16-head tiles only: 32-head
-// tiles, whose item change loads Q and whose persistent form spilled, were 10 % slower at b=256
-// (137.0 -> 150.3 us).
-constexpr int64_t kSmallPersistentWaves = 3;
-bool attention_sm90_small_persistent(const attention_params& p) {
-  const int64_t items = item_count(p);
-  const int64_t resident = p.resident_ctas[0];
-  if (p.head_tiles != 1 || p.small_staged == 0 || !small_staged_applies(1, p.cache[0].layout) || p.num_splits != 1 ||
-      resident <= 0)
-    return false;
-  return p.persistent_forced != 0 ? items > resident : uniform_items(p) && items >= kSmallPersistentWaves * resident;
-}
-
 cudaError_t attention_sm90_small_resident(int head_tiles, uint32_t layout, int sm_count, int* resident) {
   *resident = 0;
   if (head_tiles != 1 || !small_staged_applies(1, layout)) return cudaSuccess;  // as attention_sm90_small_persistent

@@ -154,7 +154,8 @@ cudaError_t attention_sm90_small_resident(int head_tiles, uint32_t layout, int s
 // Whether run p takes persistent CTAs (p.resident_ctas[0] of them, each running its work items in
 // turn): 16-head tiles of staged rows, one key split, at least three times the work items the
 // device holds at once, all of one length (a fixed item order would lose the hardware's balancing
-// of uneven ones); with p.persistent_forced, any lengths and more items than CTAs.
+// of uneven ones); with p.persistent_forced, any lengths and more items than CTAs. Host code in
+// planner.cpp (tested without a GPU).
 bool attention_sm90_small_persistent(const attention_params& p);
 // Enqueues the kernel and, when num_splits > 1, the combine kernel.
 cudaError_t attention_sm90_small_launch(const attention_params& p, cudaStream_t stream);

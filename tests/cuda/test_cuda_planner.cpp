@@ -1,7 +1,7 @@
 // The CUDA module's run planner (backends/cuda/planner.cpp) without a GPU: the invariants every run
 // relies on (its splits cover its chunks, fit the plan's workspace for partials, honour the tuning
-// knobs), and the choices on the H200 shapes that docs/performance.md (round 42) measured as the
-// fastest.
+// knobs), the choices on the H200 shapes that docs/performance.md (round 42) measured as the
+// fastest, and when the small-head kernel takes persistent CTAs (round 48).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -180,6 +180,60 @@ TEST(CudaPlanner, H200PicksTheMeasuredFastest) {
 TEST(CudaPlanner, WithoutHopperKernels) {
   const run_planner p = make_planner(64, 10, kFp8, true);
   for (int64_t t : {1, 4, 64, 512}) EXPECT_EQ(pick(p, t, false).rfind("mma h", 0), 0u) << t;
+}
+
+// Persistent small-head CTAs (attention_sm90_small_persistent): 16-head tiles of staged FP8 rows,
+// one split, from three waves of uniform items (8 heads at b=128, 1.9 waves on 132 SMs, stay one CTA
+// per item; b=256 runs persistent); DSV4_CUDA_PERSISTENT's forced CTAs take any lengths once the items
+// outnumber them.
+TEST(CudaPlanner, SmallHeadPersistentCtas) {
+  static const int32_t entries[1] = {0};
+  static const int32_t lengths[1] = {1};
+  attention_params a{};
+  a.seq_q = 2;
+  a.num_heads = 8;
+  a.head_tiles = 1;
+  a.head_groups = 1;
+  a.num_splits = 1;
+  a.small_staged = 1;
+  a.small_heads8 = 1;
+  a.resident_ctas[0] = 132;
+  a.cache[0].layout = a.cache[1].layout = kFp8;
+  for (dsv4_mod_index_list& l : a.list) {
+    l.indices = entries;
+    l.format = DSV4_INDEX_DENSE;
+  }
+  auto persistent = [&](int tokens) {
+    a.num_tokens = tokens;
+    return attention_sm90_small_persistent(a);
+  };
+  EXPECT_FALSE(persistent(256));  // b=128
+  EXPECT_FALSE(persistent(3 * 132 - 1));
+  EXPECT_TRUE(persistent(3 * 132));
+  EXPECT_TRUE(persistent(512));  // b=256
+  // Not: 32-head tiles, split runs, rows not staged (bf16, or DSV4_CUDA_SMALL_STAGE=0), no resident count.
+  a.head_tiles = 2;
+  EXPECT_FALSE(persistent(512));
+  a.head_tiles = 1;
+  a.num_splits = 2;
+  EXPECT_FALSE(persistent(512));
+  a.num_splits = 1;
+  a.cache[0].layout = a.cache[1].layout = kBf16;
+  EXPECT_FALSE(persistent(512));
+  a.cache[0].layout = a.cache[1].layout = kFp8;
+  a.small_staged = 0;
+  EXPECT_FALSE(persistent(512));
+  a.small_staged = 1;
+  a.resident_ctas[0] = 0;  // DSV4_CUDA_PERSISTENT=0
+  EXPECT_FALSE(persistent(512));
+  // Per-row lengths: uneven items keep the hardware's balancing, unless forced.
+  a.resident_ctas[0] = 132;
+  a.list[1].lengths = lengths;
+  EXPECT_FALSE(persistent(512));
+  a.resident_ctas[0] = 3;
+  a.persistent_forced = 1;
+  EXPECT_FALSE(persistent(3));
+  EXPECT_TRUE(persistent(4));
 }
 
 }  // namespace
