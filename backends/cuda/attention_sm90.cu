@@ -99,12 +99,9 @@ __device__ __forceinline__ bool has_next_item(const attention_params& p, const c
   if constexpr (!kPersistent) return false;
   return st.q_tma && cta_has_item(p, k + 1);
 }
-// The chunk walk of item state st (its k-th): the first item's counts were read at the CTA's start.
-__device__ __forceinline__ chunk_walk item_walk(const attention_params& p, const cta_state& st, int k) {
-  const int32_t* counts = reinterpret_cast<const int32_t*>(st.smem + sm90_map::counts);
-  const int c0 = k == 0 ? counts[0] : list_count(p, st.t, 0);
-  const int c1 = k == 0 ? counts[1] : list_count(p, st.t, 1);
-  return chunk_walk{p, c0, c1, split_end(p, st)};
+// The first item's list counts (read at the CTA's start), for item_walk.
+__device__ __forceinline__ const int32_t* first_counts(const cta_state& st) {
+  return reinterpret_cast<const int32_t*>(st.smem + sm90_map::counts);
 }
 // Runs run(k, i0) for the CTA's items k = 0, 1, ...: i0 is the CTA's chunk count before item k, run
 // returns it after.
@@ -119,7 +116,7 @@ __device__ __forceinline__ void for_each_item(const attention_params& p, const c
 // The sink logits of the CTA's heads for work item parity k (threads 0..63; padding heads -inf).
 __device__ __forceinline__ void store_sinks(const attention_params& p, const cta_state& st, int k, int tid) {
   const int h = st.head0 + tid;
-  fin_rows(st, k).sink[tid] = h < p.num_heads ? head_sink(p, h) : -INFINITY;
+  fin_rows(st, k).sink[tid] = tile_head_sink(p, h);
 }
 
 // Q tile of token t, heads head0.. (eight tensor-map boxes of 64 dims x 64 heads; padding heads read
@@ -303,7 +300,7 @@ template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied, bool kValueS
 __device__ __forceinline__ int consumer0_item(const attention_params& p, const cta_state& st0, int tid, int i0,
                                               int k) {
   const cta_state st = item_state<kPersistent>(p, st0, k);
-  const chunk_walk walk = item_walk(p, st, k);
+  const chunk_walk walk = item_walk(p, st, k, first_counts(st));
   const int warp = tid / 32;
   const int lane = tid % 32;
   const int g = lane / 4;
@@ -545,7 +542,7 @@ template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied>
 __device__ __forceinline__ int consumer1_item(const attention_params& p, const cta_state& st0, int tid, int i0, int k,
                                               const CUtensorMap* q_map) {
   const cta_state st = item_state<kPersistent>(p, st0, k);
-  const chunk_walk walk = item_walk(p, st, k);
+  const chunk_walk walk = item_walk(p, st, k, first_counts(st));
   const bool next = has_next_item<kPersistent>(p, st0, k);
   auto load_next_q = [&](bool prefetch) {
     if (next && tid == 128) {
@@ -705,7 +702,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
     constexpr int kPrefetchChunks = 1;  // chunks prefetched
     constexpr int kRowsPerChunk = CLUSTER > 1 ? kKeys / 2 : kKeys;
     if (tid < kPrefetchChunks * kRowsPerChunk) {
-      const chunk_walk walk = item_walk(p, st, 0);
+      const chunk_walk walk = item_walk(p, st, 0, first_counts(st));
       int c = walk.next_active(st.c_begin);
       for (int j = 0; j < kPrefetchFirst + tid / kRowsPerChunk; ++j) c = walk.next_active(c + 1);
       const int row = static_cast<int>(rank) * (kKeys - kRowsPerChunk) + tid % kRowsPerChunk;
@@ -744,7 +741,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
     set_max_registers_dec<kRegs<L, kPersistent, kSplit>[2]>();
     for_each_item<kPersistent>(p, st, [&](int k, int i0) {
       const cta_state s = item_state<kPersistent>(p, st, k);
-      const chunk_walk w = item_walk(p, s, k);
+      const chunk_walk w = item_walk(p, s, k, first_counts(s));
       // Later items: their first jobs' list entries, loaded while the counts are in flight.
       if (k > 0) first = speculate_first(p, s.t, s.c_begin, w.c_end, rows, pairs);
       const first_jobs& f = first;

@@ -850,7 +850,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
   auto store_sinks = [&](const cta_state& s) {
     if (tid < NH) {
       const int h = s.head0 + tid;
-      reinterpret_cast<float*>(st.smem + small_map::sink)[tid] = h < p.num_heads ? head_sink(p, h) : -INFINITY;
+      reinterpret_cast<float*>(st.smem + small_map::sink)[tid] = tile_head_sink(p, h);
     }
   };
   store_sinks(st);
@@ -888,7 +888,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     constexpr uint32_t kNextQRows = 8 * kStageStride;  // rows 8..15, in bytes
     auto load_next_q = [&](int k) {
       named_sync(kBarStage, 128);  // every thread's Q^T of item k - 1 is loaded (from rows 8..15)
-      if (cta_has_item(p, k)) issue_q(small_item(p, st, k, NH), 8, 8);
+      if (cta_has_item(p, k)) issue_q(cta_item_state(p, st, k, NH), 8, 8);
     };
     auto consume = [&](const cta_state& s, const chunk_walk& w, int k, int i0) {
       if constexpr (kNextQ) {
@@ -905,7 +905,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     // line per thread) while the item before it runs.
     auto prefetch_q = [&](int k) {
       if (!cta_has_item(p, k)) return;
-      const cta_state n = small_item(p, st, k, NH);
+      const cta_state n = cta_item_state(p, st, k, NH);
       const int line = p.q_is_fp8 ? 128 : 64;  // elements per line
       const int lines = kHeadDim / line;
       for (int u = tid; u < NH * lines; u += 128) {
@@ -917,8 +917,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     // The CTA's items (one unless persistent): item k > 0 starts once the previous epilogue is done
     // with the staging rows (over Q) and the sinks.
     for (int k = 0, i = 0;; ++k) {
-      const cta_state s = k == 0 ? st : small_item(p, st, k, NH);
-      const chunk_walk w = k == 0 ? walk : chunk_walk{p, list_count(p, s.t, 0), list_count(p, s.t, 1), split_end(p, s)};
+      const cta_state s = k == 0 ? st : cta_item_state(p, st, k, NH);
+      const chunk_walk w = k == 0 ? walk : item_walk(p, s, k, counts);  // the first: the producers' walk
       if (k > 0) {
         if constexpr (kNextQ) {
           cp_async_wait_all();

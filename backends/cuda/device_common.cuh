@@ -212,6 +212,10 @@ __device__ __forceinline__ float row_output_factor_sink(float sink, float m, flo
 __device__ __forceinline__ float head_sink(const attention_params& p, int h) {
   return p.attn_sink != nullptr ? p.attn_sink[h] : -INFINITY;
 }
+// The same for row h of a CTA's head tile: -inf for a padding row past the run's heads.
+__device__ __forceinline__ float tile_head_sink(const attention_params& p, int h) {
+  return h < p.num_heads ? head_sink(p, h) : -INFINITY;
+}
 // The same for head h of the run; 0 for padding heads.
 __device__ __forceinline__ float row_output_factor(const attention_params& p, int h, float m, float l) {
   if (h >= p.num_heads) return 0.0f;

@@ -609,11 +609,11 @@ __device__ __forceinline__ void set_item(cta_state& st, const attention_params& 
 }
 
 // Work items of a persistent CTA (a grid smaller than the item count): blockIdx.x, then every
-// gridDim.x-th. small_item: the CTA state st (cta_begin set it to the first item) set to its k-th.
+// gridDim.x-th. cta_item_state: the CTA state st (cta_begin set it to the first item) set to its k-th.
 __device__ __forceinline__ int64_t cta_item(int k) { return blockIdx.x + static_cast<int64_t>(k) * gridDim.x; }
 __device__ __forceinline__ bool cta_has_item(const attention_params& p, int k) { return cta_item(k) < item_count(p); }
-__device__ __forceinline__ cta_state small_item(const attention_params& p, const cta_state& st, int k,
-                                                int heads_per_cta) {
+__device__ __forceinline__ cta_state cta_item_state(const attention_params& p, const cta_state& st, int k,
+                                                    int heads_per_cta) {
   cta_state s = st;
   set_item(s, p, cta_item(k), heads_per_cta);
   return s;
@@ -621,6 +621,14 @@ __device__ __forceinline__ cta_state small_item(const attention_params& p, const
 // The last chunk (exclusive) of item state st's key split.
 __device__ __forceinline__ int split_end(const attention_params& p, const cta_state& st) {
   return min(p.chunks[0] + p.chunks[1], st.c_begin + p.chunks_per_split);
+}
+// The chunk walk of item state st, the CTA's k-th: `counts` holds the first item's list counts, read
+// at the CTA's start (store_list_count); later items read theirs.
+__device__ __forceinline__ chunk_walk item_walk(const attention_params& p, const cta_state& st, int k,
+                                                const int32_t* counts) {
+  const int c0 = k == 0 ? counts[0] : list_count(p, st.t, 0);
+  const int c1 = k == 0 ? counts[1] : list_count(p, st.t, 1);
+  return chunk_walk{p, c0, c1, split_end(p, st)};
 }
 
 // Start of a Hopper CTA: its shared-memory base (1024-byte aligned, as the 128B swizzle needs), the
@@ -876,7 +884,7 @@ struct chunk_stream {
  private:
   __device__ void load_next(const cta_state& st) {
     if (!cta_has_item(p, k + 1)) return;
-    const cta_state n = small_item(p, st, k + 1, 1);  // the head group does not matter here
+    const cta_state n = cta_item_state(p, st, k + 1, 1);  // the head group does not matter here
     next0 = list_count(p, n.t, 0);
     next1 = list_count(p, n.t, 1);
   }
@@ -884,7 +892,7 @@ struct chunk_stream {
   __device__ void settle(const cta_state& st) {
     while (!valid() && cta_has_item(p, k + 1)) {
       ++k;
-      const cta_state n = small_item(p, st, k, 1);
+      const cta_state n = cta_item_state(p, st, k, 1);
       count0 = next0;
       count1 = next1;
       c_end = split_end(p, n);
