@@ -815,7 +815,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!kStaged || small_staged_applies(MT, L), "staged rows: FP8 layouts (32-head tiles: 584 B)");
   static_assert(!kH8 || MT == 1, "8-head CTAs use the 16-head tile's shared memory");
-  static_assert(!kPersistent || (kStaged && MT == 1), "persistent CTAs: 16-head tiles of staged rows");
+  static_assert(!kPersistent || (kStaged && small_persistent_applies(MT, L)),
+                "persistent CTAs: 16-head tiles of staged rows");
   constexpr int NH = 16 * MT;
   extern __shared__ uint8_t smem_raw[];
   cta_state st{};
@@ -963,7 +964,7 @@ cudaError_t for_each_small_kernel(F&& f) {
     if constexpr (MT == 1) {
       if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, 1, kStaged, true>, 1, kStaged, true, false);
     }
-    if constexpr (kStaged && MT == 1) {
+    if constexpr (kStaged && small_persistent_applies(MT, L)) {
       if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, 1, true, false, true>, 1, true, false, true);
       if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, 1, true, true, true>, 1, true, true, true);
     }
@@ -1027,7 +1028,7 @@ cudaError_t attention_sm90_small_configure() {
 
 cudaError_t attention_sm90_small_resident(int head_tiles, uint32_t layout, int sm_count, int* resident) {
   *resident = 0;
-  if (head_tiles != 1 || !small_staged_applies(1, layout)) return cudaSuccess;  // as attention_sm90_small_persistent
+  if (!small_persistent_applies(head_tiles, layout)) return cudaSuccess;
   const size_t smem = attention_sm90_small_smem_bytes(head_tiles, layout, true);
   return with_sm90_layout(layout, [&](auto l) {
     constexpr uint32_t L = decltype(l)::value;

@@ -143,6 +143,11 @@ cudaError_t attention_sm90_launch(const attention_params& p, int32_t* order, cud
 constexpr DSV4_HD bool small_staged_applies(int head_tiles, uint32_t layout) {
   return (head_tiles == 1 && layout != DSV4_KV_LAYOUT_BF16) || (head_tiles == 2 && layout == DSV4_KV_LAYOUT_FP8_V4_584B);
 }
+// Whether it has a persistent form (attention_sm90_small_persistent) for `head_tiles` tiles of
+// `layout`: 16-head tiles of staged FP8 rows (32-head tiles were slower persistent: planner.cpp).
+constexpr DSV4_HD bool small_persistent_applies(int head_tiles, uint32_t layout) {
+  return head_tiles == 1 && small_staged_applies(1, layout);
+}
 // Its dynamic shared memory for `head_tiles` tiles of `layout`, with the staged producers if `staged`
 // asks for them where they apply.
 size_t attention_sm90_small_smem_bytes(int head_tiles, uint32_t layout, bool staged);

@@ -173,7 +173,7 @@ constexpr int64_t kSmallPersistentWaves = 3;
 bool attention_sm90_small_persistent(const attention_params& p) {
   const int64_t items = item_count(p);
   const int64_t resident = p.resident_ctas[0];
-  if (p.head_tiles != 1 || p.small_staged == 0 || !small_staged_applies(1, p.cache[0].layout) || p.num_splits != 1 ||
+  if (!small_persistent_applies(p.head_tiles, p.cache[0].layout) || p.small_staged == 0 || p.num_splits != 1 ||
       resident <= 0)
     return false;
   return p.persistent_forced != 0 ? items > resident : uniform_items(p) && items >= kSmallPersistentWaves * resident;

@@ -79,7 +79,6 @@ bool check_logged(const std::string& name, bool expected, const char* what) {
   std::printf("FAIL %s: the run's log does not say \"%s\" (log: \"%s\")\n", name.c_str(), what, last_log().c_str());
   return false;
 }
-bool check_ordered(const std::string& name, bool expected) { return check_logged(name, expected, "longest first"); }
 
 struct context_holder {
   const dsv4_backend_iface* iface;
@@ -511,7 +510,8 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
   last_log().clear();
   DSV4_OK(m.iface->run(plan.plan, &P.run));
   CUDA_OK(cudaDeviceSynchronize());
-  if (!check_ordered(c.name, c.expect_order) || !check_logged(c.name, c.expect_persistent, "persistent CTAs"))
+  if (!check_logged(c.name, c.expect_order, "longest first") ||
+      !check_logged(c.name, c.expect_persistent, "persistent CTAs"))
     return false;
   std::vector<double> out, lse, ml;
   download_results(P, T, c.heads, c.seq_q, &out, &lse, &ml);
@@ -757,7 +757,7 @@ bool run_paged_case(const module& m, void* ctx, const paged_case& c) {
   last_log().clear();
   DSV4_OK(m.iface->run(plan.plan, &r));
   CUDA_OK(cudaDeviceSynchronize());
-  if (!check_ordered(c.name, c.order)) return false;
+  if (!check_logged(c.name, c.order, "longest first")) return false;
 
   const auto o16 = d_out.download<uint16_t>(static_cast<size_t>(T) * H * 512);
   std::vector<double> out(o16.size());
