@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: all deps configure build run test test-asan bench clean format-check
+.PHONY: all deps configure build run test test-asan bench clean format format-check
 
 all: build
 
@@ -41,7 +41,12 @@ test-asan: deps
 bench: build
 	$(BUILD)/bin/dsv4_bench_cpu
 
+format:
+	python3 scripts/format.py
+	cmake-format -i $$(git ls-files 'CMakeLists.txt' '*/CMakeLists.txt' '*.cmake')
+
 format-check:
+	python3 scripts/format.py --check
 	cmake-format --check $$(git ls-files 'CMakeLists.txt' '*/CMakeLists.txt' '*.cmake')
 
 clean:

@@ -58,13 +58,13 @@ DSV4_HD uint8_t f32_to_fp8_e4m3(float x) {
   if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);
   if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448 (also +-inf)
   if (a < 0x3c800000u) {                                            // < 2^-6: subnormal range
-    const float v = f32_from_bits(a) * 512.0f;                     // exact, in [0, 8)
+    const float v = f32_from_bits(a) * 512.0f;                      // exact, in [0, 8)
     uint32_t i = static_cast<uint32_t>(v);
     const float frac = v - static_cast<float>(i);
-    if (frac > 0.5f || (frac == 0.5f && (i & 1u))) ++i;           // i == 8 is the min normal
+    if (frac > 0.5f || (frac == 0.5f && (i & 1u))) ++i;  // i == 8 is the min normal
     return static_cast<uint8_t>(sign | i);
   }
-  const uint32_t r = a + 0x7ffffu + ((a >> 20) & 1u);              // RNE to 3 mantissa bits
+  const uint32_t r = a + 0x7ffffu + ((a >> 20) & 1u);  // RNE to 3 mantissa bits
   const uint32_t exp = (r >> 23) - 120u;
   const uint32_t man = (r >> 20) & 0x7u;
   if (exp > 15u || (exp == 15u && man == 7u)) return static_cast<uint8_t>(sign | 0x7eu);

@@ -14,7 +14,9 @@ struct token_coord {
   int64_t b;
   int64_t s;
 };
-DSV4_HD token_coord split_token(int64_t t, int64_t seq_q) { return token_coord{t / seq_q, t % seq_q}; }
+DSV4_HD token_coord split_token(int64_t t, int64_t seq_q) {
+  return token_coord{t / seq_q, t % seq_q};
+}
 
 // Element offset of (t, h) in a per-token view (add d for the dimension).
 DSV4_HD int64_t token_offset(const dsv4_mod_token_view& v, int64_t t, int64_t seq_q, int64_t h) {
@@ -73,10 +75,11 @@ DSV4_HD const uint8_t* slot_block_base(const dsv4_mod_cache& c, int64_t slot, in
   return c.base + (slot / c.block_size) * c.block_stride_bytes;
 }
 
-// Division of dividends in [0, 2^31) by a divisor d in [1, 2^31) fixed ahead (a cache's block size):
-// a multiply-high and a shift, with m = ceil(2^(31 + s) / d), s = ceil(log2 d). For n < 2^31 the
-// rounding error n (m - 2^(31+s)/d) / 2^(31+s) stays below 1/d, so the quotient is exact (a GPU's
-// integer division is a dozen dependent instructions; this sits on the producers' address chains).
+// Division of dividends in [0, 2^31) by a divisor d in [1, 2^31) fixed ahead (a cache's block
+// size): a multiply-high and a shift, with m = ceil(2^(31 + s) / d), s = ceil(log2 d). For n < 2^31
+// the rounding error n (m - 2^(31+s)/d) / 2^(31+s) stays below 1/d, so the quotient is exact (a
+// GPU's integer division is a dozen dependent instructions; this sits on the producers' address
+// chains).
 struct u31_divisor {
   uint32_t d;
   uint32_t mul;    // 0: d == 1
@@ -102,8 +105,8 @@ DSV4_HD uint32_t u31_div(uint32_t n, const u31_divisor& v) {
 
 // slot_block_base for a slot that passed slot_is_valid, with the cache's block size as a
 // u31_divisor (a valid slot is a non-negative int32).
-DSV4_HD const uint8_t* slot_block_base32(const dsv4_mod_cache& c, const u31_divisor& bs, int32_t slot,
-                                         int32_t* out_entry) {
+DSV4_HD const uint8_t* slot_block_base32(const dsv4_mod_cache& c, const u31_divisor& bs,
+                                         int32_t slot, int32_t* out_entry) {
   const uint32_t block = u31_div(static_cast<uint32_t>(slot), bs);
   *out_entry = static_cast<int32_t>(static_cast<uint32_t>(slot) - block * bs.d);
   return c.base + static_cast<int64_t>(block) * c.block_stride_bytes;

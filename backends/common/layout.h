@@ -31,11 +31,16 @@ DSV4_HD bool layout_is_known(uint32_t layout) {
 
 DSV4_HD int layout_bytes_per_token(uint32_t layout) {
   switch (layout) {
-    case DSV4_KV_LAYOUT_BF16: return 2 * kHeadDim;
-    case DSV4_KV_LAYOUT_FP8_V4_584B: return kV4TokenBytes;
-    case DSV4_KV_LAYOUT_FP8_V32_656B: return kV32TokenBytes;
-    case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR: return kHeadDim;
-    default: return 0;
+    case DSV4_KV_LAYOUT_BF16:
+      return 2 * kHeadDim;
+    case DSV4_KV_LAYOUT_FP8_V4_584B:
+      return kV4TokenBytes;
+    case DSV4_KV_LAYOUT_FP8_V32_656B:
+      return kV32TokenBytes;
+    case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR:
+      return kHeadDim;
+    default:
+      return 0;
   }
 }
 
@@ -55,7 +60,8 @@ DSV4_HD int64_t layout_min_block_bytes(uint32_t layout, int64_t block_size) {
 
 // Byte offset, inside its block, of entry e's data (for every layout).
 DSV4_HD int64_t entry_data_offset(uint32_t layout, int64_t e) {
-  return layout == DSV4_KV_LAYOUT_FP8_V4_584B ? e * kV4DataBytes : e * layout_bytes_per_token(layout);
+  return layout == DSV4_KV_LAYOUT_FP8_V4_584B ? e * kV4DataBytes
+                                              : e * layout_bytes_per_token(layout);
 }
 
 // 584 B layout: byte offset, inside its block, of entry e's 8 scale bytes.
@@ -117,7 +123,8 @@ DSV4_HD void dequant_entry(uint32_t layout, const uint8_t* block_base, int64_t b
       for (int d = 0; d < kHeadDim; ++d) out[d] = fp8_e4m3_to_f32(p[d]);
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -210,7 +217,8 @@ DSV4_HD void quantize_entry(uint32_t layout, uint8_t* block_base, int64_t block_
       }
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 

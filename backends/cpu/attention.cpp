@@ -298,8 +298,9 @@ void attention_kernel::attend(const dsv4_mod_run& run, const value_scales& v, in
 
     for (int h = 0; h < heads; ++h) {
       const int head = h0 + h;
-      // Sink factor 1 / (1 + exp(sink - lse)); the sink has no value vector. A +inf sink gives 0 for
-      // any finite or empty row, and NaN when a valid row made the logits NaN (as the reference).
+      // Sink factor 1 / (1 + exp(sink - lse)); the sink has no value vector. A +inf sink gives 0
+      // for any finite or empty row, and NaN when a valid row made the logits NaN (as the
+      // reference).
       float f = 1.0f;
 #if DSV4_CPU_MUTATION != 1
       if (run.attn_sink != nullptr && run.attn_sink[head] != -kInf) {

@@ -4,7 +4,7 @@
 #include <cstdarg>
 #include <cstdio>
 
-#include "common/module_slots.h"
+#include "module/module_slots.h"
 
 namespace dsv4 {
 namespace cpu {

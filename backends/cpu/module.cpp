@@ -11,11 +11,11 @@
 
 #include "attention.h"
 #include "common/layout.h"
-#include "common/module_entry.h"
-#include "common/module_slots.h"
 #include "dsv4_backend.h"
 #include "host.h"
 #include "kv_write.h"
+#include "module/module_entry.h"
+#include "module/module_slots.h"
 #include "probe.h"
 #include "thread_pool.h"
 
@@ -231,7 +231,8 @@ dsv4_status slot_plan_get_kernel_name(const void* mplan, char* buffer, size_t ca
 dsv4_status slot_run(const void* mplan, const dsv4_mod_run* run) {
   return guarded("run", [&] {
     const plan* p = static_cast<const plan*>(mplan);
-    const dsv4_status head = check_run_header(fail, mplan, run, p != nullptr ? p->options.mode : 0u);
+    const dsv4_status head =
+        check_run_header(fail, mplan, run, p != nullptr ? p->options.mode : 0u);
     if (head != DSV4_STATUS_OK) return head;
     if (p->options.mode == DSV4_MODE_EXPLICIT) return p->kernel->run(*p->ctx->pool, *run);
 #if DSV4_CPU_HAVE_PAGED

@@ -28,8 +28,8 @@ namespace dsv4 {
 namespace cuda {
 namespace {
 
-constexpr int kSRowPad = 4;   // fp32 S rows: 68 floats
-constexpr int kBf16Pad = 8;   // bf16 rows padded by 16 bytes: ldmatrix without bank conflicts
+constexpr int kSRowPad = 4;  // fp32 S rows: 68 floats
+constexpr int kBf16Pad = 8;  // bf16 rows padded by 16 bytes: ldmatrix without bank conflicts
 
 __host__ __device__ constexpr size_t align16(size_t x) { return (x + 15) / 16 * 16; }
 
@@ -37,10 +37,12 @@ __host__ __device__ constexpr size_t align16(size_t x) { return (x + 15) / 16 * 
 // the only region whose size depends on the caches, comes last so that every other offset is a
 // compile-time constant in the kernel (fewer live registers).
 struct smem_map {
-  size_t q, k, s, p, m, l, alpha, m_next, red_max, red_sum, row_src, row_scale, next_idx, stage, total;
+  size_t q, k, s, p, m, l, alpha, m_next, red_max, red_sum, row_src, row_scale, next_idx, stage,
+      total;
 };
 
-__host__ __device__ constexpr smem_map make_smem_map(int head_tiles, int dqk, size_t stage_bytes, int chunk) {
+__host__ __device__ constexpr smem_map make_smem_map(int head_tiles, int dqk, size_t stage_bytes,
+                                                     int chunk) {
   const size_t rows = static_cast<size_t>(head_tiles) * kMmaRows;
   const size_t qk_stride = static_cast<size_t>(dqk + kBf16Pad) * 2;
   smem_map m{};
@@ -49,7 +51,8 @@ __host__ __device__ constexpr smem_map make_smem_map(int head_tiles, int dqk, si
   // fp32 S only where Q K^T splits the head dimension (the parts are added in shared memory);
   // otherwise the softmax runs on the Q K^T registers and exchanges per-warp row maxima and sums.
   const int ks = attention_qk_dim_splits(head_tiles, chunk);
-  const size_t key_groups = static_cast<size_t>(attention_warps(head_tiles, chunk) / head_tiles / ks);
+  const size_t key_groups =
+      static_cast<size_t>(attention_warps(head_tiles, chunk) / head_tiles / ks);
   m.s = m.k + align16(chunk * qk_stride);
   m.p = m.s + (ks > 1 ? align16(ks * rows * (chunk + kSRowPad) * sizeof(float)) : 0);
   m.m = m.p + align16(rows * (chunk + kBf16Pad) * 2);
@@ -70,13 +73,15 @@ __host__ __device__ constexpr smem_map make_smem_map(int head_tiles, int dqk, si
 // Dequantisation of 8 consecutive dims [d0, d0+8) of entry `row` of a staged pseudo-block (the
 // chunk's raw rows stored with the layout's own in-block byte map for a block of `chunk`
 // entries). Values come from the shared codecs, so they are bit-identical to dequant_entry.
-__device__ __forceinline__ uint4 dequant8(uint32_t layout, const uint8_t* stage, int chunk, int row, int d0) {
+__device__ __forceinline__ uint4 dequant8(uint32_t layout, const uint8_t* stage, int chunk, int row,
+                                          int d0) {
   const uint8_t* p = stage + entry_data_offset(layout, row);
   switch (layout) {
     case DSV4_KV_LAYOUT_BF16:
       return *reinterpret_cast<const uint4*>(p + 2 * d0);
     case DSV4_KV_LAYOUT_FP8_V4_584B: {
-      if (d0 >= kNopeDim) return *reinterpret_cast<const uint4*>(p + kNopeDim + 2 * (d0 - kNopeDim));
+      if (d0 >= kNopeDim)
+        return *reinterpret_cast<const uint4*>(p + kNopeDim + 2 * (d0 - kNopeDim));
       const uint8_t* sc = stage + v4_scale_offset(chunk, row);
       return fp8x8_to_bf16x8_pow2(*reinterpret_cast<const uint2*>(p + d0), sc[d0 / kV4TileDim]);
     }
@@ -99,10 +104,11 @@ __device__ __forceinline__ uint4 dequant8(uint32_t layout, const uint8_t* stage,
 template <uint32_t L>
 struct stage_geometry {
   // 16-byte units of an entry's data part, and whether 8 scale bytes follow elsewhere (584 B).
-  static constexpr int data_units = (L == DSV4_KV_LAYOUT_FP8_V4_584B ? kV4DataBytes
-                                     : L == DSV4_KV_LAYOUT_BF16      ? 2 * kHeadDim
+  static constexpr int data_units = (L == DSV4_KV_LAYOUT_FP8_V4_584B    ? kV4DataBytes
+                                     : L == DSV4_KV_LAYOUT_BF16         ? 2 * kHeadDim
                                      : L == DSV4_KV_LAYOUT_FP8_V32_656B ? kV32TokenBytes
-                                                                      : kHeadDim) / 16;
+                                                                        : kHeadDim) /
+                                    16;
   static constexpr bool has_scales = L == DSV4_KV_LAYOUT_FP8_V4_584B;
 };
 
@@ -113,9 +119,15 @@ __device__ __forceinline__ void dispatch_layout(uint32_t layout, F&& f) {
     f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_V32_656B>{});
   } else {
     switch (layout) {
-      case DSV4_KV_LAYOUT_BF16: f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_BF16>{}); break;
-      case DSV4_KV_LAYOUT_FP8_V4_584B: f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_V4_584B>{}); break;
-      default: f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>{}); break;
+      case DSV4_KV_LAYOUT_BF16:
+        f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_BF16>{});
+        break;
+      case DSV4_KV_LAYOUT_FP8_V4_584B:
+        f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_V4_584B>{});
+        break;
+      default:
+        f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>{});
+        break;
     }
   }
 }
@@ -125,8 +137,9 @@ __device__ __forceinline__ void dispatch_layout(uint32_t layout, F&& f) {
 // (usual) path is kept free of the byte-copy fallback: predicated fallback code issued with every
 // row and made this loop a fifth of the kernel's issue slots (ncu source counters).
 template <uint32_t L, int WARPS, int CHUNK>
-__device__ __forceinline__ void stage_rows(uint8_t* stage, const uint8_t* const* rows, const uint8_t* const* scales,
-                                           bool aligned, int warp, int lane) {
+__device__ __forceinline__ void stage_rows(uint8_t* stage, const uint8_t* const* rows,
+                                           const uint8_t* const* scales, bool aligned, int warp,
+                                           int lane) {
   using geo = stage_geometry<L>;
   static_assert(CHUNK % WARPS == 0, "stage tiling");
   if (aligned) {
@@ -138,8 +151,10 @@ __device__ __forceinline__ void stage_rows(uint8_t* stage, const uint8_t* const*
       uint8_t* dst = stage + entry_data_offset(L, row);
 #pragma unroll
       for (int k = lane; k < geo::data_units; k += 32) cp_async16(dst + 16 * k, src + 16 * k);
-      // 584 B rows: 36 data units leave lanes 4..31 idle in the second round; the last takes the scales.
-      if (geo::has_scales && lane == 31) cp_async8(stage + v4_scale_offset(CHUNK, row), scales[row]);
+      // 584 B rows: 36 data units leave lanes 4..31 idle in the second round; the last takes the
+      // scales.
+      if (geo::has_scales && lane == 31)
+        cp_async8(stage + v4_scale_offset(CHUNK, row), scales[row]);
     }
     return;
   }
@@ -161,8 +176,8 @@ __device__ __forceinline__ void stage_rows(uint8_t* stage, const uint8_t* const*
 // Dequantises the staged chunk into K (bf16 rows of QS elements); invalid rows become zero. One
 // warp per row, lanes over its 8-dim groups.
 template <uint32_t L, int DQK, int QS, int WARPS, int CHUNK>
-__device__ __forceinline__ void dequant_chunk(const uint8_t* stage, __nv_bfloat16* k_s, const uint8_t* const* rows,
-                                              int warp, int lane) {
+__device__ __forceinline__ void dequant_chunk(const uint8_t* stage, __nv_bfloat16* k_s,
+                                              const uint8_t* const* rows, int warp, int lane) {
   constexpr int groups = DQK / 8;
   for (int row = warp; row < CHUNK; row += WARPS) {
     const bool valid = rows[row] != nullptr;
@@ -183,22 +198,22 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   constexpr int kWarps = attention_warps(HEAD_TILES, CHUNK);
   constexpr int kThreads = kWarps * 32;
   constexpr int HT = HEAD_TILES * kMmaRows;
-  constexpr int G = kWarps / HEAD_TILES;       // warps per head tile
+  constexpr int G = kWarps / HEAD_TILES;                          // warps per head tile
   constexpr int KS = attention_qk_dim_splits(HEAD_TILES, CHUNK);  // head-dim parts of Q K^T
-  constexpr int GK = G / KS;                   // key groups of Q K^T
-  constexpr int NT = CHUNK / 8 / GK;           // S n-tiles (8 keys) per warp
+  constexpr int GK = G / KS;                                      // key groups of Q K^T
+  constexpr int NT = CHUNK / 8 / GK;                              // S n-tiles (8 keys) per warp
   // P V: each warp takes PT head tiles (A fragments) against one slice of V, so a V fragment feeds
   // PT mmas (64-head tiles: 2 x 64 dims per warp read a third less shared memory than 1 x 128).
   constexpr int PT = HEAD_TILES >= 2 ? 2 : 1;
   constexpr int GV = kWarps / (HEAD_TILES / PT);  // value-dim groups
-  constexpr int NV = kHeadDim / 8 / GV;        // O n-tiles (8 dims) per warp
+  constexpr int NV = kHeadDim / 8 / GV;           // O n-tiles (8 dims) per warp
   static_assert(NT >= 1 && NV >= 2 && (DQK / 16) % KS == 0, "warp tiling");
-  constexpr int TPR = kThreads / HT;           // softmax threads per head row
-  constexpr int KPT = CHUNK / TPR;        // keys per softmax thread
+  constexpr int TPR = kThreads / HT;  // softmax threads per head row
+  constexpr int KPT = CHUNK / TPR;    // keys per softmax thread
 
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int dqk = DQK;
-  constexpr int qk_stride = DQK + kBf16Pad;  // bf16 elements
+  constexpr int qk_stride = DQK + kBf16Pad;                           // bf16 elements
   constexpr smem_map map = make_smem_map(HEAD_TILES, DQK, 0, CHUNK);  // offsets only: stage is last
   __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem + map.q);
   __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem + map.k);
@@ -213,7 +228,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   float* red_sum_s = reinterpret_cast<float*>(smem + map.red_sum);  // [key group][row] sums of P
   const uint8_t** row_src = reinterpret_cast<const uint8_t**>(smem + map.row_src);
   const uint8_t** row_scale = reinterpret_cast<const uint8_t**>(smem + map.row_scale);
-  int32_t* next_idx_s = reinterpret_cast<int32_t*>(smem + map.next_idx);  // entries of the chunk after next
+  int32_t* next_idx_s =
+      reinterpret_cast<int32_t*>(smem + map.next_idx);  // entries of the chunk after next
   __shared__ int32_t counts[2];  // candidate counts of the main and the extra list
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -241,7 +257,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       const int h = head0 + r;
       uint16_t* dst = reinterpret_cast<uint16_t*>(q_s) + r * qk_stride + 8 * k;
       if (h < p.num_heads) {
-        cp_async16(dst, static_cast<const uint16_t*>(p.q.data) + token_offset(p.q, t, p.seq_q, h) + 8 * k);
+        cp_async16(
+            dst, static_cast<const uint16_t*>(p.q.data) + token_offset(p.q, t, p.seq_q, h) + 8 * k);
       } else {
         *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
       }
@@ -309,8 +326,9 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   // Copies the raw rows of chunk c (resolved under `parity`) into the stage.
   auto issue_stage = [&](int c, int parity) {
     dispatch_layout<DQK>(p.cache[chunk_list(c)].layout, [&](auto tag) {
-      stage_rows<decltype(tag)::value, kWarps, CHUNK>(stage, row_src + parity * CHUNK, row_scale + parity * CHUNK,
-                                               p.aligned16 != 0, warp, lane);
+      stage_rows<decltype(tag)::value, kWarps, CHUNK>(stage, row_src + parity * CHUNK,
+                                                      row_scale + parity * CHUNK, p.aligned16 != 0,
+                                                      warp, lane);
     });
     cp_async_commit();
   };
@@ -350,8 +368,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
     __syncthreads();  // stage complete; previous chunk's P / K reads finished
     // Dequantise the stage into K (invalid rows are zero so they add nothing, NaN never leaks).
     dispatch_layout<DQK>(layout, [&](auto tag) {
-      dequant_chunk<decltype(tag)::value, DQK, qk_stride, kWarps, CHUNK>(stage, k_s, row_src + parity * CHUNK, warp,
-                                                                  lane);
+      dequant_chunk<decltype(tag)::value, DQK, qk_stride, kWarps, CHUNK>(
+          stage, k_s, row_src + parity * CHUNK, warp, lane);
     });
     if (c_next < c_end) resolve_rows(c_next, parity ^ 1, tid < CHUNK ? next_idx_s[tid] : -1);
     __syncthreads();  // K ready, stage free, next rows resolved
@@ -373,15 +391,18 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
 #pragma unroll
       for (int a4 = 0; a4 < AS; ++a4)
 #pragma unroll
-        for (int n = 0; n < NT; ++n) accs[a4][n][0] = accs[a4][n][1] = accs[a4][n][2] = accs[a4][n][3] = 0.0f;
-      const __nv_bfloat16* qa = q_s + (mt * 16 + (lane % 16)) * qk_stride + (lane / 16) * 8 + kpart * KSTEPS * 16;
-      const __nv_bfloat16* kb = (NT == 1 ? k_s + (key0 + (lane & 7)) * qk_stride + ((lane >> 3) & 1) * 8
-                                         : k_s + (key0 + (lane & 7) + ((lane >> 4) << 3)) * qk_stride +
-                                               ((lane >> 3) & 1) * 8) +
-                                kpart * KSTEPS * 16;
+        for (int n = 0; n < NT; ++n)
+          accs[a4][n][0] = accs[a4][n][1] = accs[a4][n][2] = accs[a4][n][3] = 0.0f;
+      const __nv_bfloat16* qa =
+          q_s + (mt * 16 + (lane % 16)) * qk_stride + (lane / 16) * 8 + kpart * KSTEPS * 16;
+      const __nv_bfloat16* kb =
+          (NT == 1 ? k_s + (key0 + (lane & 7)) * qk_stride + ((lane >> 3) & 1) * 8
+                   : k_s + (key0 + (lane & 7) + ((lane >> 4) << 3)) * qk_stride +
+                         ((lane >> 3) & 1) * 8) +
+          kpart * KSTEPS * 16;
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks) {
-        float (*acc)[4] = accs[ks % AS];
+        float(*acc)[4] = accs[ks % AS];
         uint32_t a[4];
         ldmatrix_x4(a, qa + ks * 16);
         if constexpr (NT == 1) {
@@ -398,7 +419,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
           }
         }
       }
-      float (*acc)[4] = accs[0];
+      float(*acc)[4] = accs[0];
 #pragma unroll
       for (int a4 = 1; a4 < AS; ++a4)
 #pragma unroll
@@ -437,7 +458,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       } else {
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-          float* r0 = s_s + (kpart * HT + mt * 16 + g) * (CHUNK + kSRowPad) + key0 + n * 8 + 2 * tig;
+          float* r0 =
+              s_s + (kpart * HT + mt * 16 + g) * (CHUNK + kSRowPad) + key0 + n * 8 + 2 * tig;
           float* r1 = r0 + 8 * (CHUNK + kSRowPad);
           r0[0] = sr[n][0];
           r0[1] = sr[n][1];
@@ -452,7 +474,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
     if constexpr (KS == 1) {
       // Online softmax (base 2) on the registers: every warp derives the new running max of its
       // rows from the key groups' maxima, writes its P fragment and its row sums; threads < HT
-      // publish max and alpha (m_s itself changes only after the next barrier: others read it here).
+      // publish max and alpha (m_s itself changes only after the next barrier: others read it
+      // here).
       const float vs = p.value_scale[li];
       float m_use[2];
 #pragma unroll
@@ -472,14 +495,16 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
           const float e0 = exp2_ftz(sr[n][2 * half] - m_use[half]);
           const float e1 = exp2_ftz(sr[n][2 * half + 1] - m_use[half]);
           sum[half] += e0 + e1;
-          *reinterpret_cast<__nv_bfloat162*>(p_s + (mt * 16 + g + 8 * half) * (CHUNK + kBf16Pad) + key) =
+          *reinterpret_cast<__nv_bfloat162*>(p_s + (mt * 16 + g + 8 * half) * (CHUNK + kBf16Pad) +
+                                             key) =
               __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
         }
       }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
 #pragma unroll
-        for (int off = 1; off < 4; off *= 2) sum[half] += __shfl_xor_sync(0xffffffffu, sum[half], off);
+        for (int off = 1; off < 4; off *= 2)
+          sum[half] += __shfl_xor_sync(0xffffffffu, sum[half], off);
         if (tig == 0) red_sum_s[wg * HT + mt * 16 + g + 8 * half] = sum[half];
       }
       if (tid < HT) {
@@ -505,7 +530,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
         cmax = fmaxf(cmax, sv[j]);
       }
 #pragma unroll
-      for (int off = TPR / 2; off > 0; off /= 2) cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, off));
+      for (int off = TPR / 2; off > 0; off /= 2)
+        cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, off));
       const float m_old = m_s[row];
       const float m_new = fmaxf(m_old, cmax);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
@@ -555,8 +581,10 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
           o[j][n][3] *= ahi;
         }
       }
-      const __nv_bfloat16* pa = p_s + (pv_tile0 * 16 + (lane % 16)) * (CHUNK + kBf16Pad) + (lane / 16) * 8;
-      const __nv_bfloat16* vb = k_s + ((lane & 7) + ((lane >> 3) & 1) * 8) * qk_stride + dim0 + (lane >> 4) * 8;
+      const __nv_bfloat16* pa =
+          p_s + (pv_tile0 * 16 + (lane % 16)) * (CHUNK + kBf16Pad) + (lane / 16) * 8;
+      const __nv_bfloat16* vb =
+          k_s + ((lane & 7) + ((lane >> 3) & 1) * 8) * qk_stride + dim0 + (lane >> 4) * 8;
 #pragma unroll
       for (int ks = 0; ks < CHUNK / 16; ++ks) {
         uint32_t a[PT][4];
@@ -607,7 +635,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       if (h >= p.num_heads) continue;
       store_out(p, t, h, d, *reinterpret_cast<const uint4*>(o_s + r * OS + d));
     }
-    if (tid < HT && head0 + tid < p.num_heads) write_row_stats(p, t, head0 + tid, m_s[tid], l_s[tid]);
+    if (tid < HT && head0 + tid < p.num_heads)
+      write_row_stats(p, t, head0 + tid, m_s[tid], l_s[tid]);
   } else {
     const int64_t base = (t * p.num_splits + split) * p.num_heads;
 #pragma unroll
@@ -620,11 +649,12 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       static_assert(NV % 2 == 0, "n-tile pairs");
 #pragma unroll
       for (int n = 0; n < NV; n += 2) {
-        store_partial_pair(po, dim0 + n * 8, tig, o[j][n][2 * half], o[j][n][2 * half + 1], o[j][n + 1][2 * half],
-                           o[j][n + 1][2 * half + 1]);
+        store_partial_pair(po, dim0 + n * 8, tig, o[j][n][2 * half], o[j][n][2 * half + 1],
+                           o[j][n + 1][2 * half], o[j][n + 1][2 * half + 1]);
       }
     }
-    if (tid < HT && head0 + tid < p.num_heads) store_split_stats(p, base + head0 + tid, m_s[tid], l_s[tid]);
+    if (tid < HT && head0 + tid < p.num_heads)
+      store_split_stats(p, base + head0 + tid, m_s[tid], l_s[tid]);
   }
 }
 
@@ -639,11 +669,13 @@ __device__ __forceinline__ float cta128_reduce(float v, float* red) {
   __syncthreads();  // red is free (a previous reduction's reads are done)
   if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
   __syncthreads();
-  return kMax ? fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])) : (red[0] + red[1]) + (red[2] + red[3]);
+  return kMax ? fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]))
+              : (red[0] + red[1]) + (red[2] + red[3]);
 }
 
 constexpr int kCombineFastSplits = 12;  // splits the one-pass merge handles (every small run)
-constexpr int kCombineWeights = 1024;   // splits whose weights the general merge holds (more: recomputed)
+constexpr int kCombineWeights =
+    1024;  // splits whose weights the general merge holds (more: recomputed)
 // acc += w * one split's 4 dims of partial O.
 __device__ __forceinline__ void combine_add(float* acc, float4 v, float w) {
   acc[0] += v.x * w;
@@ -653,8 +685,8 @@ __device__ __forceinline__ void combine_add(float* acc, float4 v, float w) {
 }
 // The merged row's partial unit at d (dims as partial_unit_lane maps them), normalised (sink), and
 // its lse / max_logits (thread 0).
-__device__ __forceinline__ void combine_finish(const attention_params& p, int64_t t, int h, int d, const float* acc,
-                                               float m, float l) {
+__device__ __forceinline__ void combine_finish(const attention_params& p, int64_t t, int h, int d,
+                                               const float* acc, float m, float l) {
   const float factor = row_output_factor(p, h, m, l);
   const int d0 = partial_unit_first_dim(d);
   store_out(p, t, h, d0, pack_bf16(acc[0] * factor, acc[1] * factor));
@@ -663,12 +695,14 @@ __device__ __forceinline__ void combine_finish(const attention_params& p, int64_
 }
 // Merges the partials of one (token, head) when there are at most kCombineFastSplits splits (every
 // small run): each thread loads every split's (max, sum) pair itself (the same addresses across the
-// CTA: one L2 round trip, served to all warps) next to its 4 dims of every split's partial O, so the
-// whole merge waits on a single round trip, with no shared memory and no barriers (H200, against the
-// general merge: CONFIG2 b=2 24.0 -> 22.4 us, CONFIG1 bf16 b=2 14.2 -> 13.6; landing the same loads
-// in shared memory by cp.async, 30 registers instead of ~100, was slower: CONFIG2 b=2 23.7).
-__device__ __forceinline__ void combine_row_few(const attention_params& p, int64_t t, int h, const float* ml,
-                                                int64_t ml_step, const float* po, int64_t o_step, int d) {
+// CTA: one L2 round trip, served to all warps) next to its 4 dims of every split's partial O, so
+// the whole merge waits on a single round trip, with no shared memory and no barriers (H200,
+// against the general merge: CONFIG2 b=2 24.0 -> 22.4 us, CONFIG1 bf16 b=2 14.2 -> 13.6; landing
+// the same loads in shared memory by cp.async, 30 registers instead of ~100, was slower: CONFIG2
+// b=2 23.7).
+__device__ __forceinline__ void combine_row_few(const attention_params& p, int64_t t, int h,
+                                                const float* ml, int64_t ml_step, const float* po,
+                                                int64_t o_step, int d) {
   const int S = p.num_splits;
   float4 v[kCombineFastSplits];
   float2 stat[kCombineFastSplits];
@@ -701,8 +735,9 @@ __device__ __forceinline__ void combine_row_few(const attention_params& p, int64
 // Merges the partials of one (token, head) when there are more than kCombineFastSplits splits:
 // every split's (max, sum) is read in parallel (one split per thread), the weights go through
 // shared memory, and the partial O loads are unrolled so that many are in flight.
-__device__ __forceinline__ void combine_row_many(const attention_params& p, int64_t t, int h, const float* ml,
-                                                 int64_t ml_step, const float* po, int64_t o_step, int d) {
+__device__ __forceinline__ void combine_row_many(const attention_params& p, int64_t t, int h,
+                                                 const float* ml, int64_t ml_step, const float* po,
+                                                 int64_t o_step, int d) {
   const int S = p.num_splits;
   __shared__ float weight[kCombineWeights];
   __shared__ float red[4];
@@ -752,7 +787,8 @@ __device__ __forceinline__ void combine_row_many(const attention_params& p, int6
 template <bool kFew>
 __global__ void __launch_bounds__(128) combine_kernel(const attention_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the attention grid's partials are complete
+  asm volatile("griddepcontrol.wait;\n" ::
+                   : "memory");  // the attention grid's partials are complete
 #endif
   const int64_t th = blockIdx.x;
   const int h = static_cast<int>(th % p.num_heads);
@@ -775,9 +811,11 @@ cudaError_t launch_tiles(const attention_params& p, size_t smem, cudaStream_t st
   const int64_t ctas = item_count(p);
   constexpr int threads = attention_warps(HEAD_TILES, CHUNK) * 32;
   if (p.head_dim_qk == kV32HeadDimQK) {
-    attention_kernel<HEAD_TILES, kV32HeadDimQK, CHUNK><<<static_cast<unsigned>(ctas), threads, smem, stream>>>(p);
+    attention_kernel<HEAD_TILES, kV32HeadDimQK, CHUNK>
+        <<<static_cast<unsigned>(ctas), threads, smem, stream>>>(p);
   } else {
-    attention_kernel<HEAD_TILES, kHeadDim, CHUNK><<<static_cast<unsigned>(ctas), threads, smem, stream>>>(p);
+    attention_kernel<HEAD_TILES, kHeadDim, CHUNK>
+        <<<static_cast<unsigned>(ctas), threads, smem, stream>>>(p);
   }
   return cudaGetLastError();
 }
@@ -814,30 +852,38 @@ int resident_ctas(int dqk, size_t smem) {
   const int threads = attention_warps(HEAD_TILES, CHUNK) * 32;
   const cudaError_t err =
       dqk == kV32HeadDimQK
-          ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<HEAD_TILES, kV32HeadDimQK, CHUNK>,
-                                                          threads, smem)
-          : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<HEAD_TILES, kHeadDim, CHUNK>, threads,
-                                                          smem);
+          ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &n, attention_kernel<HEAD_TILES, kV32HeadDimQK, CHUNK>, threads, smem)
+          : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &n, attention_kernel<HEAD_TILES, kHeadDim, CHUNK>, threads, smem);
   return err == cudaSuccess && n > 0 ? n : 1;
 }
 
 int attention_ctas_per_sm(int head_tiles, int chunk, int head_dim_qk, size_t smem_bytes) {
   if (chunk == kSmallChunkKeys) return resident_ctas<1, kSmallChunkKeys>(head_dim_qk, smem_bytes);
   switch (head_tiles) {
-    case 1: return resident_ctas<1, kChunkKeys>(head_dim_qk, smem_bytes);
-    case 2: return resident_ctas<2, kChunkKeys>(head_dim_qk, smem_bytes);
-    default: return resident_ctas<4, kChunkKeys>(head_dim_qk, smem_bytes);
+    case 1:
+      return resident_ctas<1, kChunkKeys>(head_dim_qk, smem_bytes);
+    case 2:
+      return resident_ctas<2, kChunkKeys>(head_dim_qk, smem_bytes);
+    default:
+      return resident_ctas<4, kChunkKeys>(head_dim_qk, smem_bytes);
   }
 }
 
 cudaError_t attention_configure(int head_tiles, int chunk, size_t smem_bytes) {
   const int bytes = static_cast<int>(smem_bytes);
-  if (chunk == kSmallChunkKeys) return head_tiles == 1 ? configure_tiles<1, kSmallChunkKeys>(bytes) : cudaErrorInvalidValue;
+  if (chunk == kSmallChunkKeys)
+    return head_tiles == 1 ? configure_tiles<1, kSmallChunkKeys>(bytes) : cudaErrorInvalidValue;
   switch (head_tiles) {
-    case 1: return configure_tiles<1, kChunkKeys>(bytes);
-    case 2: return configure_tiles<2, kChunkKeys>(bytes);
-    case 4: return configure_tiles<4, kChunkKeys>(bytes);
-    default: return cudaErrorInvalidValue;
+    case 1:
+      return configure_tiles<1, kChunkKeys>(bytes);
+    case 2:
+      return configure_tiles<2, kChunkKeys>(bytes);
+    case 4:
+      return configure_tiles<4, kChunkKeys>(bytes);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
@@ -849,10 +895,17 @@ cudaError_t attention_launch(const attention_params& p, size_t smem_bytes, cudaS
     err = launch_tiles<1, kSmallChunkKeys>(p, smem_bytes, stream);
   } else {
     switch (p.head_tiles) {
-      case 1: err = launch_tiles<1, kChunkKeys>(p, smem_bytes, stream); break;
-      case 2: err = launch_tiles<2, kChunkKeys>(p, smem_bytes, stream); break;
-      case 4: err = launch_tiles<4, kChunkKeys>(p, smem_bytes, stream); break;
-      default: return cudaErrorInvalidValue;
+      case 1:
+        err = launch_tiles<1, kChunkKeys>(p, smem_bytes, stream);
+        break;
+      case 2:
+        err = launch_tiles<2, kChunkKeys>(p, smem_bytes, stream);
+        break;
+      case 4:
+        err = launch_tiles<4, kChunkKeys>(p, smem_bytes, stream);
+        break;
+      default:
+        return cudaErrorInvalidValue;
     }
   }
   if (err != cudaSuccess || p.num_splits == 1) return err;
@@ -879,7 +932,8 @@ cudaError_t combine_launch(const attention_params& p, cudaStream_t stream) {
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   add_programmatic_dependency(&cfg, attr);
-  return few ? cudaLaunchKernelEx(&cfg, combine_kernel<true>, p) : cudaLaunchKernelEx(&cfg, combine_kernel<false>, p);
+  return few ? cudaLaunchKernelEx(&cfg, combine_kernel<true>, p)
+             : cudaLaunchKernelEx(&cfg, combine_kernel<false>, p);
 }
 
 }  // namespace cuda

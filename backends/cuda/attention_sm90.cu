@@ -4,7 +4,8 @@
 //   WG2 (producer): gathers the chunk's key rows (64 list positions) from the caches into
 //       registers (one row's loads in flight while another row converts), dequantises FP8 rows to
 //       bf16 and stores them into one of two K buffers (128-byte swizzled wgmma layout); bf16 rows
-//       are copied there with cp.async. A per-buffer mbarrier pair (full / empty) hands buffers over.
+//       are copied there with cp.async. A per-buffer mbarrier pair (full / empty) hands buffers
+//       over.
 //   WG0: S = Q K^T (wgmma m64n64k16, Q and K from shared memory), online softmax in registers,
 //       P (bf16) to shared memory for WG1, O[:, 0:256] += P V with P straight from registers.
 //   WG1: O[:, 256:512] += P V with P from shared memory (alpha from WG0 rescales O first).
@@ -16,10 +17,10 @@
 // (asynchronous stores into the peer's shared memory, counted by a transaction barrier there), so
 // each key row is gathered and converted once for all 128 heads.
 // Numerics match attention.cu: logits scaled in fp32 (base 2), P rounded to bf16, fp32 O and sums.
-#include <cuda.h>  // CUtensorMap
+#include <cuda.h>          // CUtensorMap
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <math.h>
 
 #include <type_traits>
@@ -40,26 +41,28 @@ namespace dsv4 {
 namespace cuda {
 namespace {
 
-constexpr int kRows = 64;                          // heads per CTA (the wgmma M)
-constexpr int kThreads = 384;                      // three warpgroups
-constexpr int kPBytes = kRows * kAtomBytes;        // P: 64 heads x 64 keys bf16 (8 KB)
-constexpr int kStageRowBytes = 256 * 2;           // one warpgroup's bf16 output row (256 dims)
+constexpr int kRows = 64;                            // heads per CTA (the wgmma M)
+constexpr int kThreads = 384;                        // three warpgroups
+constexpr int kPBytes = kRows * kAtomBytes;          // P: 64 heads x 64 keys bf16 (8 KB)
+constexpr int kStageRowBytes = 256 * 2;              // one warpgroup's bf16 output row (256 dims)
 constexpr int kStageBytes = kRows * kStageRowBytes;  // one warpgroup's output staging (32 KB)
 
 // Shared-memory map (offsets from a 1024-byte aligned base).
 struct sm90_map {
   static constexpr int q = 0;
-  static constexpr int k = q + kOperandBytes;              // two K buffers
-  static constexpr int p = k + 2 * kOperandBytes;          // two P buffers
-  static constexpr int alpha = p + 2 * kPBytes;            // [2][64] fp32
-  static constexpr int valid = alpha + 2 * kRows * 4;      // [2][64] uint32 flags
-  static constexpr int fin = valid + 2 * kKeys * 4;        // [2 work-item parities] row_fin
-  static constexpr int bars = fin + 2 * 4 * kRows * 4;     // full[2], empty[2], remote[2], q (8 bytes each)
-  static constexpr int counts = bars + 7 * 8;              // list counts [2]
+  static constexpr int k = q + kOperandBytes;          // two K buffers
+  static constexpr int p = k + 2 * kOperandBytes;      // two P buffers
+  static constexpr int alpha = p + 2 * kPBytes;        // [2][64] fp32
+  static constexpr int valid = alpha + 2 * kRows * 4;  // [2][64] uint32 flags
+  static constexpr int fin = valid + 2 * kKeys * 4;    // [2 work-item parities] row_fin
+  static constexpr int bars =
+      fin + 2 * 4 * kRows * 4;                 // full[2], empty[2], remote[2], q (8 bytes each)
+  static constexpr int counts = bars + 7 * 8;  // list counts [2]
   static constexpr int total = counts + 16;
 };
-static_assert(2 * kStageBytes <= kOperandBytes, "both warpgroups' output staging fits in the Q tile");
-constexpr size_t kSmemBytes = sm90_map::total + 1024;      // + alignment slack
+static_assert(2 * kStageBytes <= kOperandBytes,
+              "both warpgroups' output staging fits in the Q tile");
+constexpr size_t kSmemBytes = sm90_map::total + 1024;  // + alignment slack
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -83,7 +86,8 @@ __device__ __forceinline__ row_fin fin_rows(const cta_state& st, int k) {
 // item: kept live across the chunk loop, its fields cost the warpgroups registers they do not have
 // (spills). The other kernels keep the first item's fields (no 64-bit divisions in the epilogue).
 template <bool kPersistent>
-__device__ __forceinline__ cta_state item_state(const attention_params& p, const cta_state& st, int k) {
+__device__ __forceinline__ cta_state item_state(const attention_params& p, const cta_state& st,
+                                                int k) {
   if constexpr (!kPersistent) return st;
   uint32_t cta, grid;
   asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(cta));
@@ -95,7 +99,8 @@ __device__ __forceinline__ cta_state item_state(const attention_params& p, const
 // Whether the CTA has a work item after its k-th. Only the persistent kernels loop over items (the
 // loop costs the warpgroups registers: a kernel of one item per CTA is compiled without it).
 template <bool kPersistent>
-__device__ __forceinline__ bool has_next_item(const attention_params& p, const cta_state& st, int k) {
+__device__ __forceinline__ bool has_next_item(const attention_params& p, const cta_state& st,
+                                              int k) {
   if constexpr (!kPersistent) return false;
   return st.q_tma && cta_has_item(p, k + 1);
 }
@@ -106,7 +111,8 @@ __device__ __forceinline__ const int32_t* first_counts(const cta_state& st) {
 // Runs run(k, i0) for the CTA's items k = 0, 1, ...: i0 is the CTA's chunk count before item k, run
 // returns it after.
 template <bool kPersistent, class Run>
-__device__ __forceinline__ void for_each_item(const attention_params& p, const cta_state& st, Run&& run) {
+__device__ __forceinline__ void for_each_item(const attention_params& p, const cta_state& st,
+                                              Run&& run) {
   int i0 = 0;
   for (int k = 0;; ++k) {
     i0 = run(k, i0);
@@ -114,15 +120,17 @@ __device__ __forceinline__ void for_each_item(const attention_params& p, const c
   }
 }
 // The sink logits of the CTA's heads for work item parity k (threads 0..63; padding heads -inf).
-__device__ __forceinline__ void store_sinks(const attention_params& p, const cta_state& st, int k, int tid) {
+__device__ __forceinline__ void store_sinks(const attention_params& p, const cta_state& st, int k,
+                                            int tid) {
   const int h = st.head0 + tid;
   fin_rows(st, k).sink[tid] = tile_head_sink(p, h);
 }
 
-// Q tile of token t, heads head0.. (eight tensor-map boxes of 64 dims x 64 heads; padding heads read
-// as zeros) into shared memory, completing on q_bar; or only into L2 (`prefetch`, no barrier).
-__device__ __forceinline__ void load_q_tile(const cta_state& st, const CUtensorMap* q_map, int64_t t, int head0,
-                                            const attention_params& p, bool prefetch) {
+// Q tile of token t, heads head0.. (eight tensor-map boxes of 64 dims x 64 heads; padding heads
+// read as zeros) into shared memory, completing on q_bar; or only into L2 (`prefetch`, no barrier).
+__device__ __forceinline__ void load_q_tile(const cta_state& st, const CUtensorMap* q_map,
+                                            int64_t t, int head0, const attention_params& p,
+                                            bool prefetch) {
   const token_coord tc = split_token(t, p.seq_q);
   if (!prefetch) mbar_arrive_expect_tx(st.q_bar, kOperandBytes);
 #pragma unroll
@@ -130,14 +138,14 @@ __device__ __forceinline__ void load_q_tile(const cta_state& st, const CUtensorM
     if (prefetch) {
       tma_prefetch_4d(q_map, 64 * col, head0, static_cast<int>(tc.s), static_cast<int>(tc.b));
     } else {
-      tma_load_4d(st.base + sm90_map::q + col * kColBytes, q_map, 64 * col, head0, static_cast<int>(tc.s),
-                  static_cast<int>(tc.b), st.q_bar);
+      tma_load_4d(st.base + sm90_map::q + col * kColBytes, q_map, 64 * col, head0,
+                  static_cast<int>(tc.s), static_cast<int>(tc.b), st.q_bar);
     }
   }
 }
 
-// Byte offset of 16-byte unit `unit` (of 32) of row r in one warpgroup's bf16 output staging (64 rows
-// x 256 dims): units XORed with r % 8, so both the fragment writes and the row reads are
+// Byte offset of 16-byte unit `unit` (of 32) of row r in one warpgroup's bf16 output staging (64
+// rows x 256 dims): units XORed with r % 8, so both the fragment writes and the row reads are
 // conflict-free without padding.
 __device__ __forceinline__ uint32_t stage_offset(int r, int unit) {
   return static_cast<uint32_t>(r * kStageRowBytes + ((unit ^ (r & 7)) << 4));
@@ -177,8 +185,8 @@ __device__ __forceinline__ void quad_transpose(uint32_t* v, int tig) {
 // next Q may be loading already, write straight from the accumulators (H200: 2-3 % slower for
 // single-item CTAs, e.g. CONFIG4 b=256 372 -> 383 us).
 template <bool kSplit, bool kStaged>
-__device__ __forceinline__ void epilogue(const attention_params& p, const cta_state& st, int k, int wg, int tid,
-                                         int row0, int tig, const float* o) {
+__device__ __forceinline__ void epilogue(const attention_params& p, const cta_state& st, int k,
+                                         int wg, int tid, int row0, int tig, const float* o) {
   const row_fin fin = fin_rows(st, k);
   const float* m_fin = fin.m;
   const float* l_fin = fin.l;
@@ -186,7 +194,8 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
   // Split partials of a single-item CTA: each warpgroup stores its own and WG0 has written the row
   // stats from registers, so neither waits for the other (H200: CONFIG2 / CONFIG4 b=2 0.3 us).
   constexpr bool kAlone = kSplit && kStaged;
-  if constexpr (!kAlone) named_sync(3, 256);  // final m / l / factors visible; every wgmma is complete
+  if constexpr (!kAlone)
+    named_sync(3, 256);  // final m / l / factors visible; every wgmma is complete
   if (tid == 0) trace::header(trace::kEpiBar);
   const int dim0 = wg * 256;
   const int64_t t = st.t;
@@ -200,7 +209,8 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
         const float factor = f_fin[r];
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
-          *reinterpret_cast<uint32_t*>(stage + stage_offset(r, j) + 4 * tig) = out_pair(o, j, h, factor);
+          *reinterpret_cast<uint32_t*>(stage + stage_offset(r, j) + 4 * tig) =
+              out_pair(o, j, h, factor);
         }
       }
       named_sync(5 + wg, 128);  // this warpgroup's staging is complete
@@ -211,12 +221,13 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
       const int64_t out0 = token_offset(p.out, t, p.seq_q, st.head0) + dim0 + 8 * unit;
 #pragma unroll 4
       for (int r = wtid / 32; r < rows; r += 4) {
-        store_out_at(p, out0 + r * p.out.stride_h, *reinterpret_cast<const uint4*>(stage + stage_offset(r, unit)));
+        store_out_at(p, out0 + r * p.out.stride_h,
+                     *reinterpret_cast<const uint4*>(stage + stage_offset(r, unit)));
       }
     } else {
       // Straight from the accumulators: a quad's four threads hold 2 dims each of 8-dim blocks
-      // 4m..4m+3 of a row; after a 4 x 4 transpose in the quad thread tig holds block 4m + tig whole,
-      // so each thread stores 16 bytes and a warp 64 contiguous bytes of each of 8 rows.
+      // 4m..4m+3 of a row; after a 4 x 4 transpose in the quad thread tig holds block 4m + tig
+      // whole, so each thread stores 16 bytes and a warp 64 contiguous bytes of each of 8 rows.
       const int64_t out0 = token_offset(p.out, t, p.seq_q, st.head0) + dim0 + 8 * tig;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -228,7 +239,8 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
 #pragma unroll
           for (int q = 0; q < 4; ++q) v[q] = out_pair(o, 4 * m + q, h, factor);
           quad_transpose(v, tig);
-          if (r < rows) store_out_at(p, out0 + r * p.out.stride_h + 32 * m, make_uint4(v[0], v[1], v[2], v[3]));
+          if (r < rows)
+            store_out_at(p, out0 + r * p.out.stride_h + 32 * m, make_uint4(v[0], v[1], v[2], v[3]));
         }
       }
     }
@@ -243,8 +255,8 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
 #pragma unroll
       for (int j = 0; j < 32; j += 2) {
         // Persistent kernels (kStaged false) have no registers for the wide stores.
-        store_partial_pair<kStaged>(po, 8 * j, tig, o[4 * j + 2 * h], o[4 * j + 2 * h + 1], o[4 * j + 4 + 2 * h],
-                                    o[4 * j + 4 + 2 * h + 1]);
+        store_partial_pair<kStaged>(po, 8 * j, tig, o[4 * j + 2 * h], o[4 * j + 2 * h + 1],
+                                    o[4 * j + 4 + 2 * h], o[4 * j + 4 + 2 * h + 1]);
       }
     }
     if (!kAlone && tid < kRows && st.head0 + tid < p.num_heads) {
@@ -297,8 +309,8 @@ __device__ __forceinline__ void scale_o_rows(float* o, float a0, float a1) {
 // phases continue from there). Returns the CTA's chunk count after it. (WG0 has no registers to
 // spare: WG1 prepares the next item's Q and sinks.)
 template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied, bool kValueScale, bool kOverlap>
-__device__ __forceinline__ int consumer0_item(const attention_params& p, const cta_state& st0, int tid, int i0,
-                                              int k) {
+__device__ __forceinline__ int consumer0_item(const attention_params& p, const cta_state& st0,
+                                              int tid, int i0, int k) {
   const cta_state st = item_state<kPersistent>(p, st0, k);
   const chunk_walk walk = item_walk(p, st, k, first_counts(st));
   const int warp = tid / 32;
@@ -312,7 +324,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
   float m_run[2] = {-INFINITY, -INFINITY};
   float l_run[2] = {0.0f, 0.0f};  // this thread's share of the row sums
   const uint32_t q_desc = desc_lo(st.base + sm90_map::q, 16);
-  const uint32_t k_desc0 = desc_lo(st.base + sm90_map::k, 16);         // K-major (S = Q K^T)
+  const uint32_t k_desc0 = desc_lo(st.base + sm90_map::k, 16);  // K-major (S = Q K^T)
   // A tensor-map Q: wait even without chunks (the staged epilogue reuses the Q tile, and q_bar must
   // complete each phase before the next item's load).
   if (st.q_tma) {
@@ -320,8 +332,8 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     if (tid == 0) trace::header(trace::kQReady);
   }
   const uint32_t v_desc0 = desc_lo(st.base + sm90_map::k, kColBytes);  // MN-major (P V)
-  // S = Q K^T of the chunk in buffer b over 512 dims: 32 k-steps of 16 (4 per 64-dim column, 32 bytes
-  // apart), committed as one group.
+  // S = Q K^T of the chunk in buffer b over 512 dims: 32 k-steps of 16 (4 per 64-dim column, 32
+  // bytes apart), committed as one group.
   float s[32];
   auto issue_s = [&](uint32_t k_desc) {
     wgmma_fence_operands32(s);
@@ -335,7 +347,8 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
   };
   // This thread's 16 key flags of buffer b (bit 2j + e: key 8j + 2 tig + e).
   auto key_flags = [&](int b) {
-    const uint2* valid = reinterpret_cast<const uint2*>(st.smem + sm90_map::valid) + b * (kKeys / 2);
+    const uint2* valid =
+        reinterpret_cast<const uint2*>(st.smem + sm90_map::valid) + b * (kKeys / 2);
     uint32_t f = 0;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -345,15 +358,15 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     }
     return f;
   };
-  // Softmax of the chunk in buffer b (list li; its S in s; flags: key_flags(b)), P and alpha to WG1,
-  // and this warpgroup's P·V issued and committed. The exps (MUFU, 16 lanes a cycle per SM) set its
-  // pace, so what precedes the first one is kept short (flags in a register, unscaled logits, maxima
-  // as trees), and the bf16 kernels, which have registers to spare, rescale O on the FMA pipe while
-  // the exps run (H200: bf16 CONFIG2 b=64 about 101 -> 96.5 us, prefill 64 heads 657 -> 646, with
-  // the register budgets of kRegs).
+  // Softmax of the chunk in buffer b (list li; its S in s; flags: key_flags(b)), P and alpha to
+  // WG1, and this warpgroup's P·V issued and committed. The exps (MUFU, 16 lanes a cycle per SM)
+  // set its pace, so what precedes the first one is kept short (flags in a register, unscaled
+  // logits, maxima as trees), and the bf16 kernels, which have registers to spare, rescale O on the
+  // FMA pipe while the exps run (H200: bf16 CONFIG2 b=64 about 101 -> 96.5 us, prefill 64 heads 657
+  // -> 646, with the register budgets of kRegs).
   auto softmax_pv = [&](int b, int li, int ig, uint32_t v_desc, uint32_t flags) {
-    // Online softmax (base 2). s[4j + {0,1}]: row0, keys 8j + 2 tig + {0,1}; s[4j + {2,3}]: row0 + 8.
-    // The logits stay unscaled until the exponent: max(scl x) = scl max(x) for scl > 0.
+    // Online softmax (base 2). s[4j + {0,1}]: row0, keys 8j + 2 tig + {0,1}; s[4j + {2,3}]: row0
+    // + 8. The logits stay unscaled until the exponent: max(scl x) = scl max(x) for scl > 0.
     const float scl = p.logit_scale_log2[li];
     const float vs = kValueScale ? p.value_scale[li] : 1.0f;
     float mx[2][8];
@@ -532,15 +545,14 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
   return ig;
 }
 
-
 // WG1: O[:, 256:512] += P V with P and alpha from WG0.
 // st0, i0, k and the result: as for consumer0_item. With a next item (persistent CTAs), one thread
 // prefetches its Q into L2 at the start and loads it into the Q tile once WG0's last S of this item
 // is done (WG0 has published the last chunk's P; the epilogue leaves the Q tile alone), and 64
 // threads store its sinks.
 template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied>
-__device__ __forceinline__ int consumer1_item(const attention_params& p, const cta_state& st0, int tid, int i0, int k,
-                                              const CUtensorMap* q_map) {
+__device__ __forceinline__ int consumer1_item(const attention_params& p, const cta_state& st0,
+                                              int tid, int i0, int k, const CUtensorMap* q_map) {
   const cta_state st = item_state<kPersistent>(p, st0, k);
   const chunk_walk walk = item_walk(p, st, k, first_counts(st));
   const bool next = has_next_item<kPersistent>(p, st0, k);
@@ -559,7 +571,8 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   const uint32_t p_desc0 = desc_lo(st.base + sm90_map::p, 16);
-  const uint32_t v_desc0 = desc_lo(st.base + sm90_map::k + 4 * kColBytes, kColBytes);  // dims 256..511
+  const uint32_t v_desc0 =
+      desc_lo(st.base + sm90_map::k + 4 * kColBytes, kColBytes);  // dims 256..511
   int ig = i0;  // the CTA's chunk count: buffer and phase
   for (int c = walk.next_active(st.c_begin); c < walk.c_end; c = walk.next_active(c + 1), ++ig) {
     const int b = ig & 1;
@@ -567,7 +580,8 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
     const uint32_t v_desc = v_desc0 + b * (kOperandBytes >> 4);
     wait_chunk<CLUSTER, kCopied>(st, b, (ig >> 1) & 1);
     named_sync(1 + b, 256);  // P and alpha of this chunk are ready
-    if (kPersistent && walk.next_active(c + 1) >= walk.c_end) load_next_q(false);  // WG0's last S is done
+    if (kPersistent && walk.next_active(c + 1) >= walk.c_end)
+      load_next_q(false);  // WG0's last S is done
     if (wtid == 0) trace::chunk(ig, trace::kWg1P);
     const float* alpha = reinterpret_cast<const float*>(st.smem + sm90_map::alpha) + b * kRows;
     scale_o_rows(o, alpha[row0], alpha[row0 + 8]);
@@ -583,9 +597,11 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
     release_buffer<CLUSTER>(st, b);
     if (wtid == 0) trace::chunk(ig, trace::kWg1Pv);
   }
-  // The next item's sinks into the other copy (the epilogue's barrier orders them before WG0's reads).
+  // The next item's sinks into the other copy (the epilogue's barrier orders them before WG0's
+  // reads).
   if (next && wtid < kRows) store_sinks(p, item_state<kPersistent>(p, st0, k + 1), k + 1, wtid);
-  epilogue<kSplit, !kPersistent>(p, item_state<kPersistent>(p, st0, k), k, 1, tid, row0, lane % 4, o);
+  epilogue<kSplit, !kPersistent>(p, item_state<kPersistent>(p, st0, k), k, 1, tid, row0, lane % 4,
+                                 o);
   // An item without chunks: its Q was never read, but the next load may only start once WG0 has
   // waited for this one (it has, past the epilogue's barrier): a barrier two phases ahead of a
   // waiter looks like one that has not moved.
@@ -607,12 +623,17 @@ constexpr bool kOverlapS = kSplit && !kPersistent && L != DSV4_KV_LAYOUT_BF16;
 // The bf16 producer only issues cp.async: its registers go to WG0 (H200, with consumer0_item's
 // softmax: prefill 64 heads 738 -> 646 us against 192 / 160 / 152, where WG0 spilled).
 template <uint32_t L, bool kPersistent, bool kSplit>
-constexpr int kRegs[3] = {L == DSV4_KV_LAYOUT_BF16 ? 240 : kOverlapS<L, kPersistent, kSplit> ? 208 : 192, 160,
-                          L == DSV4_KV_LAYOUT_BF16 ? 104 : kOverlapS<L, kPersistent, kSplit> ? 136 : 152};
+constexpr int kRegs[3] = {L == DSV4_KV_LAYOUT_BF16            ? 240
+                          : kOverlapS<L, kPersistent, kSplit> ? 208
+                                                              : 192,
+                          160,
+                          L == DSV4_KV_LAYOUT_BF16            ? 104
+                          : kOverlapS<L, kPersistent, kSplit> ? 136
+                                                              : 152};
 
-// Consumer threads prefetch the rows of a split CTA's second chunk (FP8 caches; bf16 rows are copied
-// by cp.async, two chunks at once from the start). H200: CONFIG2 / CONFIG4 b=2 0.1-0.2 us faster;
-// prefetching the first chunk's rows as well gained nothing more.
+// Consumer threads prefetch the rows of a split CTA's second chunk (FP8 caches; bf16 rows are
+// copied by cp.async, two chunks at once from the start). H200: CONFIG2 / CONFIG4 b=2 0.1-0.2 us
+// faster; prefetching the first chunk's rows as well gained nothing more.
 template <uint32_t L, bool kPersistent, bool kSplit>
 constexpr bool kPrefetchRows = kSplit && !kPersistent && L != DSV4_KV_LAYOUT_BF16;
 
@@ -621,14 +642,15 @@ constexpr bool kPrefetchRows = kSplit && !kPersistent && L != DSV4_KV_LAYOUT_BF1
 // kPersistent: a grid smaller than the work items (tensor-map Q), each CTA looping over items.
 // kSplit: the run has key splits (p.num_splits > 1): the epilogue writes partials, else the output.
 // One form per epilogue, so that runs without splits carry no partial-store code: with both behind
-// a test of num_splits, bf16 CONFIG2 b=64 / b=128 ran 1.6 % slower on an H200 (101.9 / 196.8 against
-// 100.7 / 193.6 us), and prefill 64 heads 1.2 % slower.
+// a test of num_splits, bf16 CONFIG2 b=64 / b=128 ran 1.6 % slower on an H200 (101.9 / 196.8
+// against 100.7 / 193.6 us), and prefill 64 heads 1.2 % slower.
 template <uint32_t L, int CLUSTER, bool kPersistent, bool kSplit>
-// q_map (q_tma != 0): Q as [batch][s_q][heads][512] bf16 boxes of 64 dims x 64 heads in the kernel's
-// 128B swizzle (heads past the end read as zeros), loaded by the tensor-memory accelerator.
-__global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __grid_constant__ attention_params p,
-                                                                     const __grid_constant__ CUtensorMap q_map,
-                                                                     int q_tma) {
+// q_map (q_tma != 0): Q as [batch][s_q][heads][512] bf16 boxes of 64 dims x 64 heads in the
+// kernel's 128B swizzle (heads past the end read as zeros), loaded by the tensor-memory
+// accelerator.
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_sm90_kernel(const __grid_constant__ attention_params p,
+                          const __grid_constant__ CUtensorMap q_map, int q_tma) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   cta_state st;
@@ -684,7 +706,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
       const int k = tid % 64;
       const int64_t q0 = token_offset(p.q, t, p.seq_q, st.head0);
       for (int r = tid / 64; r < kRows; r += 4) {
-        load_q_unit(p, st.smem + sm90_map::q + sw128(r, k), q0 + r * p.q.stride_h + 8 * k, st.head0 + r >= p.num_heads);
+        load_q_unit(p, st.smem + sm90_map::q + sw128(r, k), q0 + r * p.q.stride_h + 8 * k,
+                    st.head0 + r >= p.num_heads);
       }
       cp_async_commit();
       if (tid == 0) trace::header(trace::kQIssued);
@@ -728,15 +751,15 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
     for_each_item<kPersistent>(p, st, [&](int k, int i0) {
       constexpr bool kValueScale = L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
       constexpr bool kOverlap = kOverlapS<L, kPersistent, kSplit>;
-      return consumer0_item<kSplit, CLUSTER, kPersistent, row_format<L>::kBf16, kValueScale, kOverlap>(p, st, tid, i0,
-                                                                                                      k);
+      return consumer0_item<kSplit, CLUSTER, kPersistent, row_format<L>::kBf16, kValueScale,
+                            kOverlap>(p, st, tid, i0, k);
     });
   } else if (wg == 1) {
     set_max_registers_dec<kRegs<L, kPersistent, kSplit>[1]>();
-    for_each_item<kPersistent>(
-        p, st, [&](int k, int i0) {
-          return consumer1_item<kSplit, CLUSTER, kPersistent, row_format<L>::kBf16>(p, st, tid, i0, k, &q_map);
-        });
+    for_each_item<kPersistent>(p, st, [&](int k, int i0) {
+      return consumer1_item<kSplit, CLUSTER, kPersistent, row_format<L>::kBf16>(p, st, tid, i0, k,
+                                                                                &q_map);
+    });
   } else {
     set_max_registers_dec<kRegs<L, kPersistent, kSplit>[2]>();
     for_each_item<kPersistent>(p, st, [&](int k, int i0) {
@@ -746,15 +769,16 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(const __gri
       if (k > 0) first = speculate_first(p, s.t, s.c_begin, w.c_end, rows, pairs);
       const first_jobs& f = first;
       if constexpr (row_format<L>::kBf16) {
-        return i0 + producer_copy<L, sm90_map, false>(p, s, w, f, 0, (tid % 128) / 32, tid % 32, i0);
+        return i0 +
+               producer_copy<L, sm90_map, false>(p, s, w, f, 0, (tid % 128) / 32, tid % 32, i0);
       } else {
-        return i0 + producer_convert<L, sm90_map, CLUSTER, (CLUSTER > 1)>(p, s, w, f, static_cast<int>(rank),
-                                                                          (tid % 128) / 32, tid % 32, i0);
+        return i0 + producer_convert<L, sm90_map, CLUSTER, (CLUSTER > 1)>(
+                        p, s, w, f, static_cast<int>(rank), (tid % 128) / 32, tid % 32, i0);
       }
     });
   }
   if constexpr (CLUSTER > 1) cluster_sync();  // the peer may still arrive on / write to this CTA
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+#endif                                        // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
 // CTA pairs share the dequantised chunks of FP8 caches; bf16 rows need no conversion, so each CTA
@@ -766,33 +790,39 @@ constexpr bool kPairs = L != DSV4_KV_LAYOUT_BF16;
 // persistent, each with both epilogues).
 template <uint32_t L, int CLUSTER>
 cudaError_t configure_kernels(int bytes) {
-  const void* kernels[4] = {reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, false, false>),
-                            reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, false, true>),
-                            reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, true, false>),
-                            reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, true, true>)};
+  const void* kernels[4] = {
+      reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, false, false>),
+      reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, false, true>),
+      reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, true, false>),
+      reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, true, true>)};
   for (const void* k : kernels) {
-    const cudaError_t err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    const cudaError_t err =
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 // Launches layout L's kernel of cluster size CLUSTER for run p (cfg: its grid).
 template <uint32_t L, int CLUSTER>
-cudaError_t launch_kernel(const attention_params& p, const CUtensorMap& q_map, int q_tma, bool persistent,
-                          const cudaLaunchConfig_t* cfg) {
+cudaError_t launch_kernel(const attention_params& p, const CUtensorMap& q_map, int q_tma,
+                          bool persistent, const cudaLaunchConfig_t* cfg) {
   const bool split = p.num_splits > 1;
   if (persistent) {
-    return split ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, true, true>, p, q_map, q_tma)
-                 : cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, true, false>, p, q_map, q_tma);
+    return split ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, true, true>, p, q_map,
+                                      q_tma)
+                 : cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, true, false>, p, q_map,
+                                      q_tma);
   }
-  return split ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, false, true>, p, q_map, q_tma)
-               : cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, false, false>, p, q_map, q_tma);
+  return split ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, false, true>, p, q_map,
+                                    q_tma)
+               : cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, false, false>, p, q_map,
+                                    q_tma);
 }
 template <uint32_t L>
 cudaError_t configure_layout(int bytes) {
   const cudaError_t err = configure_kernels<L, 1>(bytes);
   if (err != cudaSuccess || !kPairs<L>) return err;
-  return configure_kernels<L, kPairs<L> ? 2 : 1>(bytes);
+  return configure_kernels < L, kPairs<L> ? 2 : 1 > (bytes);
 }
 
 void set_cluster_pairs(cudaLaunchConfig_t* cfg, cudaLaunchAttribute* attr) {
@@ -805,14 +835,15 @@ void set_cluster_pairs(cudaLaunchConfig_t* cfg, cudaLaunchAttribute* attr) {
 }
 
 // One CTA (pair) per work item; or, for runs of uniform items (or p.persistent_forced) at least
-// kPersistentWaves times as many as the device holds at once, and a tensor-map Q, as many persistent
-// CTAs as it holds, each looping over items in a fixed order: an item's Q and first rows load while
-// the previous one finishes. H200, prefill (31 waves): 64 heads 709 -> 674 us, 128 heads 2333 ->
-// 2247 us. Decode of 2 waves gained nothing, and items of uneven lengths lose the hardware's
-// balancing (CONFIG4 b=256 +11 %, CONFIG3 b=256 +7 %).
+// kPersistentWaves times as many as the device holds at once, and a tensor-map Q, as many
+// persistent CTAs as it holds, each looping over items in a fixed order: an item's Q and first rows
+// load while the previous one finishes. H200, prefill (31 waves): 64 heads 709 -> 674 us, 128 heads
+// 2333 -> 2247 us. Decode of 2 waves gained nothing, and items of uneven lengths lose the
+// hardware's balancing (CONFIG4 b=256 +11 %, CONFIG3 b=256 +7 %).
 constexpr unsigned kPersistentWaves = 4;
 template <uint32_t L>
-cudaError_t launch_layout(const attention_params& p, const CUtensorMap& q_map, int q_tma, cudaLaunchConfig_t* cfg) {
+cudaError_t launch_layout(const attention_params& p, const CUtensorMap& q_map, int q_tma,
+                          cudaLaunchConfig_t* cfg) {
   // A CTA pair converts each chunk once for both head groups. A split run that the device holds in
   // one wave has SMs to spare: there each CTA converting its own chunks is faster, as the pair's
   // exchange and the wait for the peer's half leave every chunk (H200: CONFIG2 / CONFIG4 b=2 22.4 /
@@ -821,7 +852,8 @@ cudaError_t launch_layout(const attention_params& p, const CUtensorMap& q_map, i
   const bool pairs = p.head_groups == 2 && kPairs<L> && !one_wave;
   const int cluster = pairs ? 2 : 1;
   const int resident = p.resident_ctas[cluster - 1] / cluster * cluster;
-  const bool persistent = q_tma != 0 && resident > 0 && (p.persistent_forced != 0 || uniform_items(p)) &&
+  const bool persistent = q_tma != 0 && resident > 0 &&
+                          (p.persistent_forced != 0 || uniform_items(p)) &&
                           cfg->gridDim.x >= kPersistentWaves * static_cast<unsigned>(resident);
   if (persistent) cfg->gridDim.x = static_cast<unsigned>(resident);
   cudaLaunchAttribute attr[2];
@@ -829,7 +861,7 @@ cudaError_t launch_layout(const attention_params& p, const CUtensorMap& q_map, i
   // An ordered run follows the order's kernel: its CTAs launch while it runs (cta_begin waits).
   if (p.token_order != nullptr) add_programmatic_dependency(cfg, attr);
   if (!pairs) return launch_kernel<L, 1>(p, q_map, q_tma, persistent, cfg);
-  return launch_kernel<L, kPairs<L> ? 2 : 1>(p, q_map, q_tma, persistent, cfg);
+  return launch_kernel < L, kPairs<L> ? 2 : 1 > (p, q_map, q_tma, persistent, cfg);
 }
 
 // The driver's tensor-map encoder (through the runtime: no link against libcuda), nullptr when the
@@ -838,8 +870,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
     void* f = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
         found != cudaDriverEntryPointSuccess) {
       cudaGetLastError();  // not sticky; clear it for the caller's next check
       return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
@@ -853,11 +885,13 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // (512, heads, s_q, batch), boxes of 64 dims x 64 heads with the 128B swizzle. False when Q does
 // not qualify (fp8, unaligned) or the driver cannot encode it; the kernel then loads Q itself.
 bool encode_q_map(const attention_params& p, CUtensorMap* map) {
-  if (p.q_is_fp8 || !p.q_aligned16 || p.head_dim_qk != kHeadDim || p.num_tokens % p.seq_q != 0) return false;
+  if (p.q_is_fp8 || !p.q_aligned16 || p.head_dim_qk != kHeadDim || p.num_tokens % p.seq_q != 0)
+    return false;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   cuuint64_t dims[4] = {static_cast<cuuint64_t>(kHeadDim), static_cast<cuuint64_t>(p.num_heads),
-                        static_cast<cuuint64_t>(p.seq_q), static_cast<cuuint64_t>(p.num_tokens / p.seq_q)};
+                        static_cast<cuuint64_t>(p.seq_q),
+                        static_cast<cuuint64_t>(p.num_tokens / p.seq_q)};
   const int64_t elem_strides[3] = {p.q.stride_h, p.q.stride_s, p.q.stride_b};
   cuuint64_t strides[3];
   int64_t extent = kHeadDim * 2;  // bytes spanned by the dimensions below
@@ -871,7 +905,8 @@ bool encode_q_map(const attention_params& p, CUtensorMap* map) {
   cuuint32_t box[4] = {64, static_cast<cuuint32_t>(kRows), 1, 1};
   cuuint32_t elem[4] = {1, 1, 1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, p.q.data, dims, strides, box, elem,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -880,23 +915,26 @@ bool encode_q_map(const attention_params& p, CUtensorMap* map) {
 size_t attention_sm90_smem_bytes() { return kSmemBytes; }
 
 bool attention_sm90_layouts(uint32_t main_layout, uint32_t extra_layout) {
-  const bool known = main_layout == DSV4_KV_LAYOUT_FP8_V4_584B || main_layout == DSV4_KV_LAYOUT_BF16 ||
+  const bool known = main_layout == DSV4_KV_LAYOUT_FP8_V4_584B ||
+                     main_layout == DSV4_KV_LAYOUT_BF16 ||
                      main_layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
   return known && (extra_layout == DSV4_KV_LAYOUT_NONE || extra_layout == main_layout);
 }
 
 bool attention_sm90_compiled() {
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, attention_sm90_kernel<DSV4_KV_LAYOUT_BF16, 1, false, false>) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attr, attention_sm90_kernel<DSV4_KV_LAYOUT_BF16, 1, false, false>) !=
+      cudaSuccess) {
     return false;
   }
-  // Machine code built for sm_90a reports PTX 9.0; a JIT of the compute_80 PTX (no wgmma) reports 8.0.
+  // Machine code built for sm_90a reports PTX 9.0; a JIT of the compute_80 PTX (no wgmma)
+  // reports 8.0.
   return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
 }
 
 #if defined(DSV4_SM90_TRACE)
 namespace trace_host {
-uint32_t* buf = nullptr;   // device buffer of kMaxCtas records
+uint32_t* buf = nullptr;  // device buffer of kMaxCtas records
 constexpr uint32_t kMaxCtas = 16384;
 uint32_t last_ctas = 0;
 }  // namespace trace_host
@@ -910,7 +948,8 @@ uint32_t* sm90_trace_buffer() {
   return trace_host::buf;
 }
 uint32_t sm90_trace_launch(int64_t ctas) {
-  trace_host::last_ctas = static_cast<uint32_t>(ctas < trace_host::kMaxCtas ? ctas : trace_host::kMaxCtas);
+  trace_host::last_ctas =
+      static_cast<uint32_t>(ctas < trace_host::kMaxCtas ? ctas : trace_host::kMaxCtas);
   return trace_host::last_ctas;
 }
 #endif
@@ -920,16 +959,16 @@ cudaError_t attention_sm90_configure() {
 #if defined(DSV4_SM90_TRACE)
   if (const cudaError_t terr = trace::attach(); terr != cudaSuccess) return terr;
 #endif
-  return for_each_sm90_layout([](auto l) { return configure_layout<decltype(l)::value>(static_cast<int>(kSmemBytes)); });
+  return for_each_sm90_layout(
+      [](auto l) { return configure_layout<decltype(l)::value>(static_cast<int>(kSmemBytes)); });
 }
 
 cudaError_t attention_sm90_resident(int sm_count, int resident[2]) {
   // Every layout's kernel has the same block size and shared memory: the FP8 584 B ones stand in.
   constexpr uint32_t L = DSV4_KV_LAYOUT_FP8_V4_584B;
   int per_sm = 0;
-  cudaError_t err =
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_sm90_kernel<L, 1, true, false>, kThreads,
-                                                    kSmemBytes);
+  cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, attention_sm90_kernel<L, 1, true, false>, kThreads, kSmemBytes);
   if (err != cudaSuccess) return err;
   resident[0] = per_sm * sm_count;
   cudaLaunchConfig_t cfg{};
@@ -944,7 +983,8 @@ cudaError_t attention_sm90_resident(int sm_count, int resident[2]) {
   return err;
 }
 
-cudaError_t attention_sm90_launch(const attention_params& run, int32_t* order, cudaStream_t stream) {
+cudaError_t attention_sm90_launch(const attention_params& run, int32_t* order,
+                                  cudaStream_t stream) {
   if (run.num_tokens <= 0) return cudaSuccess;
   if (run.head_groups < 1 || run.head_groups > 2) return cudaErrorInvalidValue;
   attention_params p = run;
@@ -956,8 +996,9 @@ cudaError_t attention_sm90_launch(const attention_params& run, int32_t* order, c
   cudaLaunchConfig_t cfg = cta_grid_config(p, kThreads, kSmemBytes, stream);
   CUtensorMap q_map{};
   const int q_tma = encode_q_map(p, &q_map) ? 1 : 0;
-  const cudaError_t err = with_sm90_layout(
-      p.cache[0].layout, [&](auto l) { return launch_layout<decltype(l)::value>(p, q_map, q_tma, &cfg); });
+  const cudaError_t err = with_sm90_layout(p.cache[0].layout, [&](auto l) {
+    return launch_layout<decltype(l)::value>(p, q_map, q_tma, &cfg);
+  });
   if (err != cudaSuccess || p.num_splits == 1) return err;
   return combine_launch(p, stream);
 }
@@ -973,14 +1014,17 @@ extern "C" __attribute__((visibility("default"))) int dsv4_cuda_sm90_trace_dump(
   if (trace_host::buf == nullptr || trace_host::last_ctas == 0) return 1;
   if (cudaDeviceSynchronize() != cudaSuccess) return 2;
   std::vector<uint32_t> host(size_t(trace_host::last_ctas) * trace::kSlots);
-  if (cudaMemcpy(host.data(), trace_host::buf, host.size() * 4, cudaMemcpyDeviceToHost) != cudaSuccess) return 3;
+  if (cudaMemcpy(host.data(), trace_host::buf, host.size() * 4, cudaMemcpyDeviceToHost) !=
+      cudaSuccess)
+    return 3;
   int khz = 0;
   int dev = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev);
   FILE* out = std::fopen(path, "wb");
   if (out == nullptr) return 4;
-  const uint32_t head[3] = {trace_host::last_ctas, static_cast<uint32_t>(trace::kSlots), static_cast<uint32_t>(khz)};
+  const uint32_t head[3] = {trace_host::last_ctas, static_cast<uint32_t>(trace::kSlots),
+                            static_cast<uint32_t>(khz)};
   std::fwrite(head, 4, 3, out);
   std::fwrite(host.data(), 4, host.size(), out);
   std::fclose(out);

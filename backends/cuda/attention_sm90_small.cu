@@ -8,15 +8,16 @@
 //
 // One CTA = one (token, key split, group of 16 * MT heads); 384 threads:
 //   WG1, WG2 (producers, sm90_pipeline.cuh): rows 0..31 and 32..63 of every 64-key chunk, gathered,
-//       dequantised (FP8) or copied (bf16) into one of two K buffers (the 128B-swizzled layout of the
-//       64-head kernel); full / empty mbarriers hand the buffers over. FP8 rows come by the
+//       dequantised (FP8) or copied (bf16) into one of two K buffers (the 128B-swizzled layout of
+//       the 64-head kernel); full / empty mbarriers hand the buffers over. FP8 rows come by the
 //       bulk-copy engine into a raw stage two chunks ahead, and the producers convert from there
 //       (producer_stage; H200, 8 heads b=64: 36.8 -> 31.9 us). A 32-head tile's stage holds the FP8
-//       bytes only, its rope goes by cp.async (with P^T by stmatrix, 32 heads b=64: 43.2 -> 37.6 us).
+//       bytes only, its rope goes by cp.async (with P^T by stmatrix, 32 heads b=64: 43.2 -> 37.6
+//       us).
 //   WG0 (consumer, warps w = 0..3), by tile width:
 //     8 heads (1..8 heads on a 16-head tile's CTA; mma.sync, transposed: small_consumer_h8):
-//       S^T = K Q^T for keys 16w..16w+15 with Q^T in registers, O^T[128w..128w+127] += V^T P^T. Half
-//       the mma and no Q reads per chunk (H200, 8 heads b=64: 30.9-31.1 -> 29.1-29.3 us).
+//       S^T = K Q^T for keys 16w..16w+15 with Q^T in registers, O^T[128w..128w+127] += V^T P^T.
+//       Half the mma and no Q reads per chunk (H200, 8 heads b=64: 30.9-31.1 -> 29.1-29.3 us).
 //     16 heads (mma.sync): S = Q K^T for keys 16w..16w+15 of the chunk and every head (m16n8k16,
 //       operands by ldmatrix); the chunk's row maxima meet in shared memory; P (bf16) to shared
 //       memory; O[:, 128w..128w+127] += P V (V: the same buffer, ldmatrix.trans).
@@ -25,15 +26,15 @@
 //       memory by the tensor cores. Warp w holds keys 16w..16w+15 of S^T, so a head's chunk maximum
 //       meets over the warp's lanes and then the four warps in shared memory; P^T (bf16,
 //       [head][key], 128B-swizzled) goes to shared memory by stmatrix.trans (40.3 -> 39.3 us).
-//       With mma.sync, 32 heads loaded Q, K and V fragments by ldmatrix for two m-tiles every chunk;
-//       for 16 heads mma.sync stays the faster (H200: docs/performance.md, round 29).
+//       With mma.sync, 32 heads loaded Q, K and V fragments by ldmatrix for two m-tiles every
+//       chunk; for 16 heads mma.sync stays the faster (H200: docs/performance.md, round 29).
 // Persistent CTAs (16-head tiles; runs of one split with at least three waves of uniform work
-// items, FP8 rows staged): one CTA per SM runs items blockIdx.x, + gridDim.x, ... in turn. The producers' chunk
-// stream crosses from item to item (chunk_stream), so the next item's first rows are copied while
-// this item's last chunks are computed; the consumer's buffer phases go on across items (H200, 8
-// heads b=256: 103.2 -> 99.8 us).
-// Numerics match the other kernels: logits scaled in fp32 (base 2), P rounded to bf16, fp32 O and
-// sums (each thread keeps the sum over its keys; the parts are added once at the end).
+// items, FP8 rows staged): one CTA per SM runs items blockIdx.x, + gridDim.x, ... in turn. The
+// producers' chunk stream crosses from item to item (chunk_stream), so the next item's first rows
+// are copied while this item's last chunks are computed; the consumer's buffer phases go on across
+// items (H200, 8 heads b=256: 103.2 -> 99.8 us). Numerics match the other kernels: logits scaled in
+// fp32 (base 2), P rounded to bf16, fp32 O and sums (each thread keeps the sum over its keys; the
+// parts are added once at the end).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -53,9 +54,11 @@ namespace cuda {
 namespace {
 
 constexpr int kSmallThreads = 384;
-constexpr int kMaxRows = 32;                      // heads per CTA: 16 * MT, MT <= 2
-constexpr int kStageStride = (kHeadDim + 8) * 2;  // bf16 Q (16-head tiles) / output staging row, 16 bytes of padding
-constexpr int kPStride = (kKeys + 8) * 2;         // bf16 P row of 16-head tiles (64 keys), 16 bytes of padding
+constexpr int kMaxRows = 32;  // heads per CTA: 16 * MT, MT <= 2
+constexpr int kStageStride =
+    (kHeadDim + 8) * 2;  // bf16 Q (16-head tiles) / output staging row, 16 bytes of padding
+constexpr int kPStride =
+    (kKeys + 8) * 2;  // bf16 P row of 16-head tiles (64 keys), 16 bytes of padding
 
 // Shared-memory map (offsets from a 1024-byte aligned base); k, valid, counts and the stage as the
 // producers expect them. p: P (16 heads: padded rows) or P^T (32 heads: 64-key rows of 128 bytes,
@@ -63,19 +66,22 @@ constexpr int kPStride = (kKeys + 8) * 2;         // bf16 P row of 16-head tiles
 // rows, the B operand of S^T), later the output staging; it comes last but for the staged
 // producers' raw rows, so that 16-head tiles leave room for them (producer_stage).
 struct small_map {
-  static constexpr int k = 0;                                // two K buffers
+  static constexpr int k = 0;  // two K buffers
   static constexpr int p = k + 2 * kOperandBytes;
   static constexpr int p_bytes = kMaxRows * kAtomBytes;
-  static constexpr int valid = p + p_bytes;                  // [2][64] uint32 flags
-  static constexpr int red_max = valid + 2 * kKeys * 4;      // 4 x 32 fp32: [warp][row] (mma.sync), [head][warp] (wgmma)
-  static constexpr int red_sum = red_max + 4 * kMaxRows * 4; // the same for the sums
-  static constexpr int sink = red_sum + 4 * kMaxRows * 4;    // [32] fp32 sink logits (-inf: none)
-  static constexpr int bars = sink + kMaxRows * 4;           // full[2], empty[2] (8 bytes each)
-  static constexpr int counts = bars + 4 * 8;                // list counts [2] (+ scratch)
-  static constexpr int stage_bars = counts + 16;             // producer_stage's slot barriers
+  static constexpr int valid = p + p_bytes;  // [2][64] uint32 flags
+  static constexpr int red_max =
+      valid + 2 * kKeys * 4;  // 4 x 32 fp32: [warp][row] (mma.sync), [head][warp] (wgmma)
+  static constexpr int red_sum = red_max + 4 * kMaxRows * 4;  // the same for the sums
+  static constexpr int sink = red_sum + 4 * kMaxRows * 4;     // [32] fp32 sink logits (-inf: none)
+  static constexpr int bars = sink + kMaxRows * 4;            // full[2], empty[2] (8 bytes each)
+  static constexpr int counts = bars + 4 * 8;                 // list counts [2] (+ scratch)
+  static constexpr int stage_bars = counts + 16;              // producer_stage's slot barriers
   static constexpr int q = (stage_bars + kRawStageBars * 8 + 1023) / 1024 * 1024;
-  static constexpr int q_bytes[2] = {(16 * kStageStride + 1023) / 1024 * 1024, (32 * kStageStride + 1023) / 1024 * 1024};
-  static_assert(kMaxRows * kHeadDim * 2 <= q_bytes[1] && 16 * kPStride <= p_bytes, "Q and P fit their regions");
+  static constexpr int q_bytes[2] = {(16 * kStageStride + 1023) / 1024 * 1024,
+                                     (32 * kStageStride + 1023) / 1024 * 1024};
+  static_assert(kMaxRows * kHeadDim * 2 <= q_bytes[1] && 16 * kPStride <= p_bytes,
+                "Q and P fit their regions");
 };
 // The staged producers' raw rows follow the Q tile of the tile width (32 heads: FP8 bytes only).
 template <int MT>
@@ -108,8 +114,8 @@ __device__ __forceinline__ float over_warps(const float* red, int r, Op op) {
 }
 __device__ __forceinline__ float fmax_op(float a, float b) { return fmaxf(a, b); }
 
-// Waits until the consumer's chunk i is in its K buffer (i % 2, the full barrier's phase (i / 2) % 2)
-// and returns that buffer's shared-window address: every consumer's side of the hand-over.
+// Waits until the consumer's chunk i is in its K buffer (i % 2, the full barrier's phase (i / 2) %
+// 2) and returns that buffer's shared-window address: every consumer's side of the hand-over.
 __device__ __forceinline__ uint32_t wait_for_chunk(const cta_state& st, int i, int tid) {
   const int b = i & 1;
   mbar_wait(st.full_bar + 8 * b, (i >> 1) & 1);
@@ -127,13 +133,14 @@ __device__ __forceinline__ void trace_loop_end([[maybe_unused]] int chunks) {
 
 // The consumer's last step without splits: the `rows` real heads of its staged bf16 output rows
 // (kStageStride apart, complete) out as whole rows, 16 bytes per thread and step.
-__device__ __forceinline__ void store_staged_rows(const attention_params& p, const cta_state& st, const uint8_t* stage,
-                                                  int rows, int tid) {
+__device__ __forceinline__ void store_staged_rows(const attention_params& p, const cta_state& st,
+                                                  const uint8_t* stage, int rows, int tid) {
   const int64_t out0 = token_offset(p.out, st.t, p.seq_q, st.head0);
   for (int u = tid; u < rows * (kHeadDim / 8); u += 128) {
     const int r = u / (kHeadDim / 8);
     const int d = 8 * (u % (kHeadDim / 8));
-    store_out_at(p, out0 + r * p.out.stride_h + d, *reinterpret_cast<const uint4*>(stage + r * kStageStride + 2 * d));
+    store_out_at(p, out0 + r * p.out.stride_h + d,
+                 *reinterpret_cast<const uint4*>(stage + r * kStageStride + 2 * d));
   }
   if (tid == 0) trace::header(trace::kEpiStaged);
 }
@@ -165,16 +172,18 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
   // 8 (l / 16) onwards of each 16 x 16 tile. K (S = Q K^T, B operand): matrix j = l / 8 holds keys
   // 8 (j / 2) .. of this warp's 16 and dims 8 (j % 2) .. of the k-step. V (P V, transposed B):
   // matrix j holds keys 8 (j % 2) .. of the k-step and dims 8 (j / 2) .. of the n-tile pair. In the
-  // 128B swizzle a 16-byte unit u of row r sits at (u ^ (r % 8)) within its 128-byte row, r % 8 = l % 8
-  // here: the four XOR patterns a lane needs are computed once.
+  // 128B swizzle a 16-byte unit u of row r sits at (u ^ (r % 8)) within its 128-byte row, r % 8 = l
+  // % 8 here: the four XOR patterns a lane needs are computed once.
   const int j = lane / 8;
   const uint32_t q_lane = st.base + small_map::q + (lane % 16) * kStageStride + (lane / 16) * 16;
   const uint32_t p_lane = st.base + small_map::p + (lane % 16) * kPStride + (lane / 16) * 16;
   uint32_t k_lane[4], v_lane[4];
 #pragma unroll
   for (int x = 0; x < 4; ++x) {
-    k_lane[x] = (16 * warp + 8 * (j / 2) + lane % 8) * kAtomBytes + (((2 * x + j % 2) ^ (lane % 8)) << 4);
-    v_lane[x] = 2 * warp * kColBytes + (8 * (j % 2) + lane % 8) * kAtomBytes + (((2 * x + j / 2) ^ (lane % 8)) << 4);
+    k_lane[x] =
+        (16 * warp + 8 * (j / 2) + lane % 8) * kAtomBytes + (((2 * x + j % 2) ^ (lane % 8)) << 4);
+    v_lane[x] = 2 * warp * kColBytes + (8 * (j % 2) + lane % 8) * kAtomBytes +
+                (((2 * x + j / 2) ^ (lane % 8)) << 4);
   }
   float* red_max = reinterpret_cast<float*>(st.smem + small_map::red_max);
   uint8_t* pbuf = st.smem + small_map::p;
@@ -183,8 +192,8 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
     const int b = i & 1;
     const int li = walk.list_of(c);
     const uint32_t kbuf = wait_for_chunk(st, i, tid);
-    // S = Q K^T: 32 k-steps of 16 dims; s[mt][nt]: keys 16 warp + 8 nt + 2 tig + {0, 1}, rows g / g + 8.
-    // Even and odd k-steps accumulate apart (four dependent mma chains, not two).
+    // S = Q K^T: 32 k-steps of 16 dims; s[mt][nt]: keys 16 warp + 8 nt + 2 tig + {0, 1}, rows g / g
+    // + 8. Even and odd k-steps accumulate apart (four dependent mma chains, not two).
     constexpr int kChains = 2;
     float sc[kChains][MT][2][4];
 #pragma unroll
@@ -207,7 +216,7 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
         mma_bf16(sc[ks % kChains][mt][1], a, kf[2], kf[3]);
       }
     }
-    float (&s)[MT][2][4] = sc[0];
+    float(&s)[MT][2][4] = sc[0];
 #pragma unroll
     for (int ch = 1; ch < kChains; ++ch)
 #pragma unroll
@@ -216,11 +225,14 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[mt][nt][e] += sc[ch][mt][nt][e];
-    if (tid == 0) trace::chunk_after(i, trace::kWg0Qk, __float_as_uint(s[0][0][0]), smem_addr(st.smem + small_map::counts + 8));
+    if (tid == 0)
+      trace::chunk_after(i, trace::kWg0Qk, __float_as_uint(s[0][0][0]),
+                         smem_addr(st.smem + small_map::counts + 8));
     // Online softmax (base 2) over the chunk: warp maxima of each row, then the chunk's.
     const float scl = p.logit_scale_log2[li];
     const float vs = kValueScale ? p.value_scale[li] : 1.0f;
-    const uint32_t* valid = reinterpret_cast<const uint32_t*>(st.smem + small_map::valid) + b * kKeys;
+    const uint32_t* valid =
+        reinterpret_cast<const uint32_t*>(st.smem + small_map::valid) + b * kKeys;
     bool key_ok[2][2];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
@@ -271,7 +283,8 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
     }
     named_sync(kBarP, 128);
     if (tid == 0) trace::chunk(i, trace::kWg0P);
-    // O[:, 128 warp + 8 n + 2 tig + {0, 1}] = alpha O + P V: 4 k-steps of 16 keys x 8 n-tile pairs.
+      // O[:, 128 warp + 8 n + 2 tig + {0, 1}] = alpha O + P V: 4 k-steps of 16 keys x 8 n-tile
+      // pairs.
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -298,7 +311,9 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
       }
     }
     mbar_arrive(st.empty_bar + 8 * b);  // this thread's reads of buffer b and its flags are done
-    if (tid == 0) trace::chunk_after(i, trace::kWg0Pv, __float_as_uint(o[0][15][3]), smem_addr(st.smem + small_map::counts + 8));
+    if (tid == 0)
+      trace::chunk_after(i, trace::kWg0Pv, __float_as_uint(o[0][15][3]),
+                         smem_addr(st.smem + small_map::counts + 8));
   }
   if (tid == 0) trace_loop_end(i);
 
@@ -315,7 +330,10 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
     }
   named_sync(kBarSum, 128);
   // In warp order (over_warps adds pairs first): the sums these tiles have always had.
-  auto row_sum = [&](int r) { return red_sum[r] + red_sum[kMaxRows + r] + red_sum[2 * kMaxRows + r] + red_sum[3 * kMaxRows + r]; };
+  auto row_sum = [&](int r) {
+    return red_sum[r] + red_sum[kMaxRows + r] + red_sum[2 * kMaxRows + r] +
+           red_sum[3 * kMaxRows + r];
+  };
   const float* sink = reinterpret_cast<const float*>(st.smem + small_map::sink);
   const int rows = min(16 * MT, p.num_heads - st.head0);
   const int64_t t = st.t;
@@ -331,7 +349,8 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
         const float factor = row_output_factor_sink(sink[r], m_run[mt][h], l);
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
-          *reinterpret_cast<uint32_t*>(stage + r * kStageStride + (128 * warp + 8 * n + 2 * tig) * 2) =
+          *reinterpret_cast<uint32_t*>(stage + r * kStageStride +
+                                       (128 * warp + 8 * n + 2 * tig) * 2) =
               pack_bf16(o[mt][n][2 * h] * factor, o[mt][n][2 * h + 1] * factor);
         }
         if (warp == 0 && tig == 0 && r < rows) write_row_stats(p, t, st.head0 + r, m_run[mt][h], l);
@@ -349,8 +368,8 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
         float* po = p.partial_o + (pbase + r) * kHeadDim + 128 * warp;
 #pragma unroll
         for (int n = 0; n < 16; n += 2) {
-          store_partial_pair(po, 8 * n, tig, o[mt][n][2 * h], o[mt][n][2 * h + 1], o[mt][n + 1][2 * h],
-                             o[mt][n + 1][2 * h + 1]);
+          store_partial_pair(po, 8 * n, tig, o[mt][n][2 * h], o[mt][n][2 * h + 1],
+                             o[mt][n + 1][2 * h], o[mt][n + 1][2 * h + 1]);
         }
         if (warp == 0 && tig == 0) store_split_stats(p, pbase + r, m_run[mt][h], row_sum(r));
       }
@@ -370,8 +389,8 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
 // Q^T (persistent CTAs load the next item's Q into the tile then).
 template <bool kValueScale, class AfterQ>
 __device__ __forceinline__ int small_consumer_h8(const attention_params& p, const cta_state& st,
-                                                 const chunk_walk& walk, int tid, int i0, uint32_t q_rows,
-                                                 AfterQ&& after_q) {
+                                                 const chunk_walk& walk, int tid, int i0,
+                                                 uint32_t q_rows, AfterQ&& after_q) {
   const int warp = tid / 32;
   const int lane = tid % 32;
   const int g = lane / 4;
@@ -398,7 +417,8 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[mt][e] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY};
-  float l_run[2] = {0.0f, 0.0f};  // this thread's share of the head sums (its two keys of each chunk)
+  float l_run[2] = {0.0f,
+                    0.0f};  // this thread's share of the head sums (its two keys of each chunk)
   // ldmatrix row addresses in the 128B swizzle (unit u of row r at (u ^ (r % 8)) << 4; r % 8 = lane
   // % 8 below). K as the A operand of S^T: matrix j holds keys 16 warp + 8 (j % 2).. and dims
   // 8 (j / 2).. of the k-step. V^T (ldmatrix.trans) as the A operand of O^T: matrix j holds keys
@@ -406,8 +426,10 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
   uint32_t k_lane[4], v_lane[4];
 #pragma unroll
   for (int x = 0; x < 4; ++x) {
-    k_lane[x] = (16 * warp + 8 * (j % 2) + lane % 8) * kAtomBytes + (((2 * x + j / 2) ^ (lane % 8)) << 4);
-    v_lane[x] = 2 * warp * kColBytes + (8 * (j / 2) + lane % 8) * kAtomBytes + (((2 * x + j % 2) ^ (lane % 8)) << 4);
+    k_lane[x] =
+        (16 * warp + 8 * (j % 2) + lane % 8) * kAtomBytes + (((2 * x + j / 2) ^ (lane % 8)) << 4);
+    v_lane[x] = 2 * warp * kColBytes + (8 * (j / 2) + lane % 8) * kAtomBytes +
+                (((2 * x + j % 2) ^ (lane % 8)) << 4);
   }
   // P as [head][key] bf16 rows (kPStride apart): B fragments of O^T by ldmatrix, matrix j of load y
   // holding heads 0..7 and keys 32y + 8j..
@@ -436,12 +458,15 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
     float s[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[e] = (sc[0][e] + sc[1][e]) + (sc[2][e] + sc[3][e]);
-    if (tid == 0) trace::chunk_after(i, trace::kWg0Qk, __float_as_uint(s[0]), smem_addr(st.smem + small_map::counts + 8));
+    if (tid == 0)
+      trace::chunk_after(i, trace::kWg0Qk, __float_as_uint(s[0]),
+                         smem_addr(st.smem + small_map::counts + 8));
     // Online softmax (base 2) per head; the logits stay unscaled until the exponent (scl > 0). A
     // head's maximum: this thread's two keys, the warp's eight key lanes g, then the four warps.
     const float scl = p.logit_scale_log2[li];
     const float vs = kValueScale ? p.value_scale[li] : 1.0f;
-    const uint32_t* valid = reinterpret_cast<const uint32_t*>(st.smem + small_map::valid) + b * kKeys;
+    const uint32_t* valid =
+        reinterpret_cast<const uint32_t*>(st.smem + small_map::valid) + b * kKeys;
     const bool ok0 = valid[key0] != 0;
     const bool ok1 = valid[key0 + 8] != 0;
     float mx[2];
@@ -453,7 +478,8 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
 #pragma unroll
       for (int x = 4; x < 32; x *= 2) mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], x));
     }
-    if (g == 0) *reinterpret_cast<float2*>(red_max + warp * kMaxRows + 2 * tig) = make_float2(mx[0], mx[1]);
+    if (g == 0)
+      *reinterpret_cast<float2*>(red_max + warp * kMaxRows + 2 * tig) = make_float2(mx[0], mx[1]);
     named_sync(kBarMax, 128);
     float alpha[2];
 #pragma unroll
@@ -473,7 +499,7 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
     }
     named_sync(kBarP, 128);
     if (tid == 0) trace::chunk(i, trace::kWg0P);
-    // O^T = alpha O^T + V^T P^T: 4 k-steps of 16 keys x 8 m-tiles of 16 dims.
+      // O^T = alpha O^T + V^T P^T: 4 k-steps of 16 keys x 8 m-tiles of 16 dims.
 #pragma unroll
     for (int mt = 0; mt < 8; ++mt) {
       o[mt][0] *= alpha[0];
@@ -491,23 +517,29 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
 #pragma unroll
         for (int mt = 0; mt < 8; ++mt) {
           uint32_t va[4];
-          ldmatrix_x4_trans(va, kbuf + (mt / 4) * kColBytes + kk * 16 * kAtomBytes + v_lane[mt % 4]);
+          ldmatrix_x4_trans(va,
+                            kbuf + (mt / 4) * kColBytes + kk * 16 * kAtomBytes + v_lane[mt % 4]);
           mma_bf16(o[mt], va, pf[2 * h], pf[2 * h + 1]);
         }
       }
     }
     mbar_arrive(st.empty_bar + 8 * b);  // this thread's reads of buffer b and its flags are done
-    if (tid == 0) trace::chunk_after(i, trace::kWg0Pv, __float_as_uint(o[7][3]), smem_addr(st.smem + small_map::counts + 8));
+    if (tid == 0)
+      trace::chunk_after(i, trace::kWg0Pv, __float_as_uint(o[7][3]),
+                         smem_addr(st.smem + small_map::counts + 8));
   }
   if (tid == 0) trace_loop_end(i);
 
-  // Head sums: the warp's lanes g, then the four warps (every thread's m_run of a head is the same).
+  // Head sums: the warp's lanes g, then the four warps (every thread's m_run of a head is the
+  // same).
   float* red_sum = reinterpret_cast<float*>(st.smem + small_map::red_sum);
 #pragma unroll
   for (int e = 0; e < 2; ++e)
 #pragma unroll
     for (int x = 4; x < 32; x *= 2) l_run[e] += __shfl_xor_sync(0xffffffffu, l_run[e], x);
-  if (g == 0) *reinterpret_cast<float2*>(red_sum + warp * kMaxRows + 2 * tig) = make_float2(l_run[0], l_run[1]);
+  if (g == 0)
+    *reinterpret_cast<float2*>(red_sum + warp * kMaxRows + 2 * tig) =
+        make_float2(l_run[0], l_run[1]);
   named_sync(kBarSum, 128);
   const float* sink = reinterpret_cast<const float*>(st.smem + small_map::sink);
   const int rows = min(8, p.num_heads - st.head0);
@@ -526,7 +558,8 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
     for (int e = 0; e < 2; ++e) {
       const int hd = 2 * tig + e;
       const float factor = row_output_factor_sink(sink[hd], m_run[e], lsum[e]);
-      __nv_bfloat16* srow = reinterpret_cast<__nv_bfloat16*>(stage + hd * kStageStride) + 128 * warp + g;
+      __nv_bfloat16* srow =
+          reinterpret_cast<__nv_bfloat16*>(stage + hd * kStageStride) + 128 * warp + g;
 #pragma unroll
       for (int mt = 0; mt < 8; ++mt) {
         srow[16 * mt] = __float2bfloat16_rn(o[mt][e] * factor);
@@ -558,15 +591,20 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
 
 // Byte offset of unit `unit` (8 dims) of Q row (head) `row` in the 32-row swizzled tile.
 __device__ __forceinline__ uint32_t q_tile_offset(int row, int unit) {
-  return static_cast<uint32_t>((unit >> 3) * (kMaxRows * kAtomBytes) + row * kAtomBytes + (((unit & 7) ^ (row & 7)) << 4));
+  return static_cast<uint32_t>((unit >> 3) * (kMaxRows * kAtomBytes) + row * kAtomBytes +
+                               (((unit & 7) ^ (row & 7)) << 4));
 }
 
 // The wgmma consumer's per-warp reductions over keys. A thread holds 8 heads (k = 2j + e: head
 // 8j + 2 tig + e) and the 8 lanes g of a tig share them. A reduce-scatter halves the heads a lane
 // carries each round (4 + 2 + 1 shuffles, not 3 per head: 32 heads at b=64 on an H200 44.8 -> 42.9
 // us); lane g ends with the warp's result for head k = warp_head(g, tig), returned.
-__device__ __forceinline__ int scatter_k(int g) { return 4 * (g & 1) + 2 * ((g >> 1) & 1) + (g >> 2); }
-__device__ __forceinline__ int warp_head(int g, int tig) { return 8 * (scatter_k(g) / 2) + 2 * tig + scatter_k(g) % 2; }
+__device__ __forceinline__ int scatter_k(int g) {
+  return 4 * (g & 1) + 2 * ((g >> 1) & 1) + (g >> 2);
+}
+__device__ __forceinline__ int warp_head(int g, int tig) {
+  return 8 * (scatter_k(g) / 2) + 2 * tig + scatter_k(g) % 2;
+}
 template <class Op>
 __device__ __forceinline__ float reduce_scatter_heads(float (&v)[8], int g, Op op) {
 #pragma unroll
@@ -583,15 +621,15 @@ __device__ __forceinline__ float reduce_scatter_heads(float (&v)[8], int g, Op o
 }
 
 // WG0 of a 32-head tile (wgmma, transposed). kValueScale: P times the per-tensor FP8 value scale.
-// Accumulator layout (m64nNH): d[4j + 2h + e] is row 16 warp + g + 8h (a key of S^T, a dim of an O^T
-// block) and column 8j + 2 tig + e (a head): every array below indexed [j][e] is this thread's
+// Accumulator layout (m64nNH): d[4j + 2h + e] is row 16 warp + g + 8h (a key of S^T, a dim of an
+// O^T block) and column 8j + 2 tig + e (a head): every array below indexed [j][e] is this thread's
 // heads, the same in S^T and O^T.
 template <bool kValueScale>
 __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, const cta_state& st,
                                                     const chunk_walk& walk, int tid, int i0) {
   constexpr int NH = kMaxRows;
-  constexpr int NJ = NH / 8;     // 8-head column tiles
-  constexpr int NACC = NH / 2;   // accumulators of one m64nNH tile
+  constexpr int NJ = NH / 8;    // 8-head column tiles
+  constexpr int NACC = NH / 2;  // accumulators of one m64nNH tile
   const int warp = tid / 32;
   const int lane = tid % 32;
   const int g = lane / 4;
@@ -620,8 +658,8 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
     const int b = i & 1;
     const int li = walk.list_of(c);
     const uint32_t kaddr = wait_for_chunk(st, i, tid);
-    const uint32_t k_desc = desc_lo(kaddr, 16);          // K-major (S^T = K Q^T)
-    const uint32_t v_desc = desc_lo(kaddr, kColBytes);   // MN-major (O^T = V^T P^T)
+    const uint32_t k_desc = desc_lo(kaddr, 16);         // K-major (S^T = K Q^T)
+    const uint32_t v_desc = desc_lo(kaddr, kColBytes);  // MN-major (O^T = V^T P^T)
     // S^T = K Q^T over 512 dims: 32 k-steps of 16 (4 per 64-dim column, 32 bytes apart).
     float s[NACC];
     wgmma_fence_operands16(s);
@@ -629,10 +667,12 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
       wgmma_m64n32_ss(s, desc_at(k_desc, (ks / 4) * kColBytes + (ks % 4) * 32),
-                  desc_at(q_desc, (ks / 4) * (NH * kAtomBytes) + (ks % 4) * 32), ks > 0 ? 1 : 0);
+                      desc_at(q_desc, (ks / 4) * (NH * kAtomBytes) + (ks % 4) * 32),
+                      ks > 0 ? 1 : 0);
     }
     wgmma_commit();
-    const uint32_t* valid = reinterpret_cast<const uint32_t*>(st.smem + small_map::valid) + b * kKeys;
+    const uint32_t* valid =
+        reinterpret_cast<const uint32_t*>(st.smem + small_map::valid) + b * kKeys;
     const bool ok0 = valid[key0] != 0;
     const bool ok1 = valid[key0 + 8] != 0;
     wgmma_wait0();
@@ -652,7 +692,8 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
         s[4 * j + 2 + e] = ok1 ? s[4 * j + 2 + e] : -INFINITY;
         mx[2 * j + e] = fmaxf(s[4 * j + e], s[4 * j + 2 + e]);
       }
-    red_max[4 * warp_head(g, tig) + warp] = reduce_scatter_heads(mx, g, [](float a, float b) { return fmaxf(a, b); });
+    red_max[4 * warp_head(g, tig) + warp] =
+        reduce_scatter_heads(mx, g, [](float a, float b) { return fmaxf(a, b); });
     named_sync(kBarMax, 128);
     float alpha[NJ][2];
     float pe[NJ][2][2];  // exponentials [head block j][key0 + 8h][head 8j + 2 tig + e]
@@ -671,14 +712,15 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
         pe[j][1][e] = exp2_ftz(fmaf(s[4 * j + 2 + e], scl, -m_use));
         l_run[j][e] = l_run[j][e] * alpha[j][e] + (pe[j][0][e] + pe[j][1][e]);
       }
-    // P^T[head][key] (bf16, RNE as f32_to_bf16), the 128B swizzle of a 64-key row: the thread's
-    // values are mma fragments of 8x8 blocks (keys 16 warp + 8h.., heads 8j..), stored transposed,
-    // two blocks of heads per instruction (16 two-byte stores before).
+      // P^T[head][key] (bf16, RNE as f32_to_bf16), the 128B swizzle of a 64-key row: the thread's
+      // values are mma fragments of 8x8 blocks (keys 16 warp + 8h.., heads 8j..), stored
+      // transposed, two blocks of heads per instruction (16 two-byte stores before).
 #pragma unroll
     for (int x = 0; x < NJ / 2; ++x) {
       uint32_t frag[4];
 #pragma unroll
-      for (int m = 0; m < 4; ++m) frag[m] = pack_bf16(pe[2 * x + m / 2][m % 2][0] * vs, pe[2 * x + m / 2][m % 2][1] * vs);
+      for (int m = 0; m < 4; ++m)
+        frag[m] = pack_bf16(pe[2 * x + m / 2][m % 2][0] * vs, pe[2 * x + m / 2][m % 2][1] * vs);
       // Lane 8m + c addresses row c of block m = 2 (j - 2x) + h: head hd, keys 16 warp + 8h...
       const int hd = 8 * (2 * x + lane / 16) + lane % 8;
       const int unit = 2 * warp + (lane / 8) % 2;
@@ -688,7 +730,7 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
     fence_proxy_async();
     named_sync(kBarP, 128);
     if (tid == 0) trace::chunk(i, trace::kWg0P);
-    // O^T = alpha O^T + V^T P^T: 4 k-steps of 16 keys (2 KB apart) x 8 dim blocks (8 KB apart).
+      // O^T = alpha O^T + V^T P^T: 4 k-steps of 16 keys (2 KB apart) x 8 dim blocks (8 KB apart).
 #pragma unroll
     for (int mb = 0; mb < 8; ++mb)
 #pragma unroll
@@ -704,17 +746,22 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
     for (int kk = 0; kk < kKeys / 16; ++kk)
 #pragma unroll
       for (int mb = 0; mb < 8; ++mb)
-        wgmma_m64n32_ss_ta(o[mb], desc_at(v_desc, mb * kColBytes + kk * 16 * kAtomBytes), desc_at(p_desc, kk * 32), 1);
+        wgmma_m64n32_ss_ta(o[mb], desc_at(v_desc, mb * kColBytes + kk * 16 * kAtomBytes),
+                           desc_at(p_desc, kk * 32), 1);
     wgmma_commit();
     wgmma_wait0();
 #pragma unroll
     for (int mb = 0; mb < 8; ++mb) wgmma_fence_operands16(o[mb]);
-    mbar_arrive(st.empty_bar + 8 * b);  // this thread's reads of buffer b, its flags and P^T are done
-    if (tid == 0) trace::chunk_after(i, trace::kWg0Pv, __float_as_uint(o[7][NACC - 1]), smem_addr(st.smem + small_map::counts + 8));
+    mbar_arrive(st.empty_bar +
+                8 * b);  // this thread's reads of buffer b, its flags and P^T are done
+    if (tid == 0)
+      trace::chunk_after(i, trace::kWg0Pv, __float_as_uint(o[7][NACC - 1]),
+                         smem_addr(st.smem + small_map::counts + 8));
   }
   if (tid == 0) trace_loop_end(i);
 
-  // Head sums: the warp's lanes g, then the four warps (every thread's m_run of a head is the same).
+  // Head sums: the warp's lanes g, then the four warps (every thread's m_run of a head is the
+  // same).
   float* red_sum = reinterpret_cast<float*>(st.smem + small_map::red_sum);
   {
     float l[NJ * 2];
@@ -722,7 +769,8 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
     for (int j = 0; j < NJ; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) l[2 * j + e] = l_run[j][e];
-    red_sum[4 * warp_head(g, tig) + warp] = reduce_scatter_heads(l, g, [](float a, float b) { return a + b; });
+    red_sum[4 * warp_head(g, tig) + warp] =
+        reduce_scatter_heads(l, g, [](float a, float b) { return a + b; });
   }
   named_sync(kBarSum, 128);
   const float* sink = reinterpret_cast<const float*>(st.smem + small_map::sink);
@@ -755,7 +803,8 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
             *reinterpret_cast<__nv_bfloat16*>(stage + hd * kStageStride + 2 * d) =
                 __float2bfloat16_rn(o[mb][4 * j + 2 * h + e] * factor);
           }
-        if (warp == 0 && g == 0 && hd < rows) write_row_stats(p, t, st.head0 + hd, m_run[j][e], lsum[j][e]);
+        if (warp == 0 && g == 0 && hd < rows)
+          write_row_stats(p, t, st.head0 + hd, m_run[j][e], lsum[j][e]);
       }
     named_sync(kBarStage, 128);
     store_staged_rows(p, st, stage, rows, tid);
@@ -786,9 +835,8 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
 // and so does a staged producer whose stage holds the FP8 bytes only: its rope copies land there).
 template <uint32_t L, int MT, bool kStaged>
 constexpr uint32_t kSmallFullArrivals =
-    2 * kFullArrivals<L> * (kStaged && small_stage_map<MT>::raw::kNopeOnly ? 2u : 1u);
+    2 * kFullArrivals<L>*(kStaged&& small_stage_map<MT>::raw::kNopeOnly ? 2u : 1u);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
-
 
 // Register budgets per warpgroup role (setmaxnreg), by tile: a 32-head consumer holds 128 of O^T
 // (H200, 32 heads b=64: 47.6 us at 200 / 152, 45.3 at 216 / 144, 44.9 at 232 / 136, where ptxas
@@ -811,9 +859,11 @@ struct small_regs {
 // 16-head consumer loads it (prefetched into the L2 when the item began), and the sinks where the
 // head group changes, over the output staging.
 template <uint32_t L, int MT, bool kStaged, bool kH8 = false, bool kPersistent = false>
-__global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(const __grid_constant__ attention_params p) {
+__global__ void __launch_bounds__(kSmallThreads, 1)
+    attention_sm90_small_kernel(const __grid_constant__ attention_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(!kStaged || small_staged_applies(MT, L), "staged rows: FP8 layouts (32-head tiles: 584 B)");
+  static_assert(!kStaged || small_staged_applies(MT, L),
+                "staged rows: FP8 layouts (32-head tiles: 584 B)");
   static_assert(!kH8 || MT == 1, "8-head CTAs use the 16-head tile's shared memory");
   static_assert(!kPersistent || (kStaged && small_persistent_applies(MT, L)),
                 "persistent CTAs: 16-head tiles of staged rows");
@@ -843,7 +893,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
       mbar_init(st.empty_bar + 8 * b, 128);
     }
     if constexpr (kStaged) {
-      for (int b = 0; b < kRawStageBars; ++b) mbar_init(st.base + small_map::stage_bars + 8 * b, kRawRowsPerWarp);
+      for (int b = 0; b < kRawStageBars; ++b)
+        mbar_init(st.base + small_map::stage_bars + 8 * b, kRawRowsPerWarp);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -866,8 +917,10 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
       const int unit = tid % 64;
       const int64_t q0 = token_offset(p.q, s.t, p.seq_q, s.head0);
       for (int r = tid / 64; r < rows; r += 2) {
-        const uint32_t off = MT == 1 ? (row0 + r) * kStageStride + 16 * unit : q_tile_offset(r, unit);
-        load_q_unit(p, st.smem + small_map::q + off, q0 + r * p.q.stride_h + 8 * unit, s.head0 + r >= p.num_heads);
+        const uint32_t off =
+            MT == 1 ? (row0 + r) * kStageStride + 16 * unit : q_tile_offset(r, unit);
+        load_q_unit(p, st.smem + small_map::q + off, q0 + r * p.q.stride_h + 8 * unit,
+                    s.head0 + r >= p.num_heads);
       }
       cp_async_commit();
     };
@@ -875,16 +928,18 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     auto load_q = [&](const cta_state& s) {
       issue_q(s, 0, NH);
       cp_async_wait_all();
-      if constexpr (MT == 2) fence_proxy_async();  // the tensor cores read Q through the async proxy
+      if constexpr (MT == 2)
+        fence_proxy_async();     // the tensor cores read Q through the async proxy
       named_sync(kBarSum, 128);  // Q is complete (the barrier is free until the end of the loop)
     };
     load_q(st);
     if (tid == 0) trace::header(trace::kQReady);
     constexpr bool kValueScale = L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
-    // 8-head persistent CTAs hold Q^T in registers: item k + 1's Q goes into rows 8..15 of the Q tile
-    // (padding rows of an 8-head tile) as soon as every thread holds item k's, and lands while item
-    // k runs; the epilogue stages rows 0..7. (Loaded at the item change, the next Q and sinks took
-    // ~15 k cycles there: H200, 8 heads b=128, trace build.) Their one head group keeps its sinks.
+    // 8-head persistent CTAs hold Q^T in registers: item k + 1's Q goes into rows 8..15 of the Q
+    // tile (padding rows of an 8-head tile) as soon as every thread holds item k's, and lands while
+    // item k runs; the epilogue stages rows 0..7. (Loaded at the item change, the next Q and sinks
+    // took ~15 k cycles there: H200, 8 heads b=128, trace build.) Their one head group keeps its
+    // sinks.
     constexpr bool kNextQ = kH8 && kPersistent;
     constexpr uint32_t kNextQRows = 8 * kStageStride;  // rows 8..15, in bytes
     auto load_next_q = [&](int k) {
@@ -893,7 +948,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     };
     auto consume = [&](const cta_state& s, const chunk_walk& w, int k, int i0) {
       if constexpr (kNextQ) {
-        return small_consumer_h8<kValueScale>(p, s, w, tid, i0, k == 0 ? 0u : kNextQRows, [&] { load_next_q(k + 1); });
+        return small_consumer_h8<kValueScale>(p, s, w, tid, i0, k == 0 ? 0u : kNextQRows,
+                                              [&] { load_next_q(k + 1); });
       } else if constexpr (kH8) {
         return small_consumer_h8<kValueScale>(p, s, w, tid, i0, 0u, [] {});
       } else if constexpr (MT == 1) {
@@ -911,7 +967,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
       const int lines = kHeadDim / line;
       for (int u = tid; u < NH * lines; u += 128) {
         if (n.head0 + u / lines >= p.num_heads) continue;
-        const int64_t off = token_offset(p.q, n.t, p.seq_q, n.head0) + (u / lines) * p.q.stride_h + (u % lines) * line;
+        const int64_t off = token_offset(p.q, n.t, p.seq_q, n.head0) + (u / lines) * p.q.stride_h +
+                            (u % lines) * line;
         prefetch_l2(static_cast<const uint8_t*>(p.q.data) + off * (p.q_is_fp8 ? 1 : 2));
       }
     };
@@ -919,7 +976,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     // with the staging rows (over Q) and the sinks.
     for (int k = 0, i = 0;; ++k) {
       const cta_state s = k == 0 ? st : cta_item_state(p, st, k, NH);
-      const chunk_walk w = k == 0 ? walk : item_walk(p, s, k, counts);  // the first: the producers' walk
+      const chunk_walk w =
+          k == 0 ? walk : item_walk(p, s, k, counts);  // the first: the producers' walk
       if (k > 0) {
         if constexpr (kNextQ) {
           cp_async_wait_all();
@@ -927,7 +985,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
         } else {
           named_sync(kBarStage, 128);
           if (p.head_groups > 1) store_sinks(s);  // sinks depend on the head group only
-          load_q(s);  // its barrier also publishes the sinks
+          load_q(s);                              // its barrier also publishes the sinks
         }
       }
       if constexpr (kPersistent && !kNextQ) prefetch_q(k + 1);
@@ -945,7 +1003,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1) attention_sm90_small_kernel(
     if constexpr (row_format<L>::kBf16) {
       producer_copy<L, small_map, true>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
     } else if constexpr (kStaged) {
-      producer_stage<L, small_stage_map<MT>, kPersistent>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
+      producer_stage<L, small_stage_map<MT>, kPersistent>(p, st, walk, first, half,
+                                                          (tid % 128) / 32, tid % 32);
     } else {
       producer_convert<L, small_map, 1, true>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
     }
@@ -962,11 +1021,14 @@ cudaError_t for_each_small_kernel(F&& f) {
     constexpr bool kStaged = decltype(staged)::value;
     cudaError_t err = f(attention_sm90_small_kernel<L, MT, kStaged>, MT, kStaged, false, false);
     if constexpr (MT == 1) {
-      if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, 1, kStaged, true>, 1, kStaged, true, false);
+      if (err == cudaSuccess)
+        err = f(attention_sm90_small_kernel<L, 1, kStaged, true>, 1, kStaged, true, false);
     }
     if constexpr (kStaged && small_persistent_applies(MT, L)) {
-      if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, 1, true, false, true>, 1, true, false, true);
-      if (err == cudaSuccess) err = f(attention_sm90_small_kernel<L, 1, true, true, true>, 1, true, true, true);
+      if (err == cudaSuccess)
+        err = f(attention_sm90_small_kernel<L, 1, true, false, true>, 1, true, false, true);
+      if (err == cudaSuccess)
+        err = f(attention_sm90_small_kernel<L, 1, true, true, true>, 1, true, true, true);
     }
     return err;
   };
@@ -992,11 +1054,13 @@ cudaError_t launch_small(const attention_params& p, cudaLaunchConfig_t cfg) {
   const bool persistent = attention_sm90_small_persistent(p);
   if (persistent) cfg.gridDim.x = static_cast<unsigned>(p.resident_ctas[0]);
   bool launched = false;
-  const cudaError_t err = for_each_small_kernel<L>([&](auto kernel, int mt, bool s, bool k8, bool pers) {
-    if (launched || mt != p.head_tiles || s != staged || k8 != h8 || pers != persistent) return cudaSuccess;
-    launched = true;
-    return cudaLaunchKernelEx(&cfg, kernel, p);
-  });
+  const cudaError_t err =
+      for_each_small_kernel<L>([&](auto kernel, int mt, bool s, bool k8, bool pers) {
+        if (launched || mt != p.head_tiles || s != staged || k8 != h8 || pers != persistent)
+          return cudaSuccess;
+        launched = true;
+        return cudaLaunchKernelEx(&cfg, kernel, p);
+      });
   return err != cudaSuccess ? err : launched ? cudaSuccess : cudaErrorInvalidValue;
 }
 
@@ -1009,7 +1073,9 @@ size_t attention_sm90_small_smem_bytes(int head_tiles, uint32_t layout, bool sta
 
 bool attention_sm90_small_compiled() {
   cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, attention_sm90_small_kernel<DSV4_KV_LAYOUT_BF16, 1, false>) != cudaSuccess) return false;
+  if (cudaFuncGetAttributes(&attr, attention_sm90_small_kernel<DSV4_KV_LAYOUT_BF16, 1, false>) !=
+      cudaSuccess)
+    return false;
   return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;  // as attention_sm90_compiled
 }
 
@@ -1026,7 +1092,8 @@ cudaError_t attention_sm90_small_configure() {
   });
 }
 
-cudaError_t attention_sm90_small_resident(int head_tiles, uint32_t layout, int sm_count, int* resident) {
+cudaError_t attention_sm90_small_resident(int head_tiles, uint32_t layout, int sm_count,
+                                          int* resident) {
   *resident = 0;
   if (!small_persistent_applies(head_tiles, layout)) return cudaSuccess;
   const size_t smem = attention_sm90_small_smem_bytes(head_tiles, layout, true);
@@ -1035,7 +1102,8 @@ cudaError_t attention_sm90_small_resident(int head_tiles, uint32_t layout, int s
     return for_each_small_kernel<L>([&](auto kernel, int mt, bool staged, bool h8, bool pers) {
       if (mt != head_tiles || !staged || h8 || !pers) return cudaSuccess;
       int per_sm = 0;
-      const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSmallThreads, smem);
+      const cudaError_t err =
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSmallThreads, smem);
       *resident = per_sm * sm_count;
       return err;
     });
@@ -1046,10 +1114,11 @@ cudaError_t attention_sm90_small_launch(const attention_params& p, cudaStream_t 
   if (p.num_tokens <= 0) return cudaSuccess;
   if (p.head_tiles < 1 || p.head_tiles > 2) return cudaErrorInvalidValue;
   if (p.small_heads8 != 0 && (p.head_tiles != 1 || p.num_heads > 8)) return cudaErrorInvalidValue;
-  const size_t smem = attention_sm90_small_smem_bytes(p.head_tiles, p.cache[0].layout, p.small_staged != 0);
+  const size_t smem =
+      attention_sm90_small_smem_bytes(p.head_tiles, p.cache[0].layout, p.small_staged != 0);
   const cudaLaunchConfig_t cfg = cta_grid_config(p, kSmallThreads, smem, stream);
-  const cudaError_t err =
-      with_sm90_layout(p.cache[0].layout, [&](auto l) { return launch_small<decltype(l)::value>(p, cfg); });
+  const cudaError_t err = with_sm90_layout(
+      p.cache[0].layout, [&](auto l) { return launch_small<decltype(l)::value>(p, cfg); });
   if (err != cudaSuccess || p.num_splits == 1) return err;
   return combine_launch(p, stream);
 }

@@ -19,11 +19,12 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(smem_addr(dst)),
+               "l"(src));
 }
-// The L2 policy of gathered cache rows (attention_params::stream_rows): evict_first when a run reads
-// most rows once (decode), so they, not lines other kernels wrote, are the L2's first victims (a
-// dirty victim costs a write-back); evict_normal when tokens share rows (prefill).
+// The L2 policy of gathered cache rows (attention_params::stream_rows): evict_first when a run
+// reads most rows once (decode), so they, not lines other kernels wrote, are the L2's first victims
+// (a dirty victim costs a write-back); evict_normal when tokens share rows (prefill).
 __device__ __forceinline__ uint64_t row_l2_policy(bool streamed) {
   uint64_t first, normal;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(first));
@@ -31,10 +32,12 @@ __device__ __forceinline__ uint64_t row_l2_policy(bool streamed) {
   return streamed ? first : normal;
 }
 // 16 bytes, or 16 zero bytes when !fill (src is then not read), under an L2 policy.
-__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool fill, uint64_t policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
-               "r"(fill ? 16 : 0), "l"(policy)
-               : "memory");
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool fill,
+                                                 uint64_t policy) {
+  asm volatile(
+      "cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+      "l"(src), "r"(fill ? 16 : 0), "l"(policy)
+      : "memory");
 }
 __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_addr(dst)), "l"(src));
@@ -106,7 +109,8 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 raw, float scale) {
     uint32_t h2;
     const uint16_t pair = static_cast<uint16_t>(word >> sh);
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(pair));
-    const float a = __half2float(__ushort_as_half(static_cast<unsigned short>(h2 & 0xffffu))) * scale;
+    const float a =
+        __half2float(__ushort_as_half(static_cast<unsigned short>(h2 & 0xffffu))) * scale;
     const float b = __half2float(__ushort_as_half(static_cast<unsigned short>(h2 >> 16))) * scale;
     const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
     o[i] = *reinterpret_cast<const uint32_t*>(&v);
@@ -217,7 +221,8 @@ __device__ __forceinline__ float tile_head_sink(const attention_params& p, int h
   return h < p.num_heads ? head_sink(p, h) : -INFINITY;
 }
 // The same for head h of the run; 0 for padding heads.
-__device__ __forceinline__ float row_output_factor(const attention_params& p, int h, float m, float l) {
+__device__ __forceinline__ float row_output_factor(const attention_params& p, int h, float m,
+                                                   float l) {
   if (h >= p.num_heads) return 0.0f;
   return row_output_factor_sink(head_sink(p, h), m, l);
 }
@@ -235,14 +240,15 @@ __host__ __device__ constexpr int partial_unit_lane(int u) { return ((u & 1) << 
 __host__ __device__ constexpr int partial_unit_first_dim(int d) {
   return (d & ~15) + 2 * partial_unit_lane((d >> 2) & 3);
 }
-static_assert(partial_unit_first_dim(4) == 4 && partial_unit_first_dim(8) == 2 && partial_unit_first_dim(28) == 22,
+static_assert(partial_unit_first_dim(4) == 4 && partial_unit_first_dim(8) == 2 &&
+                  partial_unit_first_dim(28) == 22,
               "unit 1 is lane 2's, unit 2 lane 1's");
 // Stores lane `lane`'s dims of n-tiles n and n + 1 (the first at dim g0, a multiple of 16) of a
 // partial row: a0, a1 of tile n, b0, b1 of tile n + 1. kWide false: the same unit as two 8-byte
 // stores (kernels whose registers are too tight for the wide form: it spills there).
 template <bool kWide = true>
-__device__ __forceinline__ void store_partial_pair(float* row, int g0, int lane, float a0, float a1, float b0,
-                                                   float b1) {
+__device__ __forceinline__ void store_partial_pair(float* row, int g0, int lane, float a0, float a1,
+                                                   float b0, float b1) {
   float* unit = row + g0 + 4 * partial_unit_lane(lane);
   if constexpr (kWide) {
     *reinterpret_cast<float4*>(unit) = make_float4(a0, a1, b0, b1);
@@ -256,26 +262,31 @@ __device__ __forceinline__ void store_partial_pair(float* row, int g0, int lane,
 // ms the split's running max, ls its sum and m_use the merged max (0 when it is -inf); -1 marks a
 // split that saw no valid key (sum and O exactly 0: merges skip it). The test is the sum, not the
 // max: a split whose only valid keys had NaN logits also has ms -inf (fmaxf drops NaN), but a NaN
-// sum and O, which weigh 2^-inf = 0 and carry the NaN into the row (0 * NaN), as the reference does.
+// sum and O, which weigh 2^-inf = 0 and carry the NaN into the row (0 * NaN), as the reference
+// does.
 __device__ __forceinline__ float split_weight(float ms, float ls, float m_use) {
   return ls == 0.0f ? -1.0f : exp2_ftz(ms - m_use);
 }
 
 // A split's final row max and sum (the combine's weights) for partial row `row`.
-__device__ __forceinline__ void store_split_stats(const attention_params& p, int64_t row, float m, float l) {
+__device__ __forceinline__ void store_split_stats(const attention_params& p, int64_t row, float m,
+                                                  float l) {
   float* pml = p.partial_ml + row * 2;
   pml[0] = m;
   pml[1] = l;
 }
 
 // lse and max_logits of (t, h) when requested (empty row: +inf / -inf).
-__device__ __forceinline__ void write_row_stats(const attention_params& p, int64_t t, int h, float m, float l) {
+__device__ __forceinline__ void write_row_stats(const attention_params& p, int64_t t, int h,
+                                                float m, float l) {
   const bool empty = l == 0.0f;
   if (p.lse.data != nullptr) {
-    static_cast<float*>(p.lse.data)[token_offset(p.lse, t, p.seq_q, h)] = empty ? INFINITY : (m + log2f(l)) * kLn2;
+    static_cast<float*>(p.lse.data)[token_offset(p.lse, t, p.seq_q, h)] =
+        empty ? INFINITY : (m + log2f(l)) * kLn2;
   }
   if (p.max_logits.data != nullptr) {
-    static_cast<float*>(p.max_logits.data)[token_offset(p.max_logits, t, p.seq_q, h)] = empty ? -INFINITY : m * kLn2;
+    static_cast<float*>(p.max_logits.data)[token_offset(p.max_logits, t, p.seq_q, h)] =
+        empty ? -INFINITY : m * kLn2;
   }
 }
 

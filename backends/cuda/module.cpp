@@ -1,24 +1,24 @@
-// Entry point and module ABI slots of the CUDA backend (libdsv4-cuda.so). The CUDA runtime is linked
-// statically, so only the driver is needed at run time; without one the probe answers score 0 with
-// the reason. Every slot catches everything and reports errors through host->set_error.
+// Entry point and module ABI slots of the CUDA backend (libdsv4-cuda.so). The CUDA runtime is
+// linked statically, so only the driver is needed at run time; without one the probe answers score
+// 0 with the reason. Every slot catches everything and reports errors through host->set_error.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdarg>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
 
 #include "common/layout.h"
-#include "common/module_entry.h"
-#include "common/module_slots.h"
 #include "common/paged_index.h"
 #include "dsv4_backend.h"
 #include "kernels.h"
+#include "module/module_entry.h"
+#include "module/module_slots.h"
 #include "planner.h"
 
 namespace dsv4 {
@@ -57,7 +57,8 @@ void log_debug(const char* format, ...) {
 }
 
 dsv4_status cuda_fail(cudaError_t err, const char* what) {
-  return fail(DSV4_STATUS_BACKEND_ERROR, "%s: %s (%s)", what, cudaGetErrorName(err), cudaGetErrorString(err));
+  return fail(DSV4_STATUS_BACKEND_ERROR, "%s: %s (%s)", what, cudaGetErrorName(err),
+              cudaGetErrorString(err));
 }
 
 template <class Fn>
@@ -74,7 +75,8 @@ class device_scope {
   }
   ~device_scope() {
     int now = -1;
-    if (cudaGetDevice(&now) == cudaSuccess && now != previous_ && previous_ >= 0) cudaSetDevice(previous_);
+    if (cudaGetDevice(&now) == cudaSuccess && now != previous_ && previous_ >= 0)
+      cudaSetDevice(previous_);
   }
   device_scope(const device_scope&) = delete;
   device_scope& operator=(const device_scope&) = delete;
@@ -97,15 +99,16 @@ struct plan {
   const context* ctx = nullptr;
   dsv4_plan_options options{};
   int chunk_keys = kChunkKeys;  // keys per shared-memory chunk
-  run_planner planner{};        // the tilings runs choose from (wide: the mma.sync kernel's), the tuning knobs
-  int width[2] = {0, 0};        // list widths (explicit: topk / extra_topk; paged: W / cmp width)
+  run_planner
+      planner{};  // the tilings runs choose from (wide: the mma.sync kernel's), the tuning knobs
+  int width[2] = {0, 0};  // list widths (explicit: topk / extra_topk; paged: W / cmp width)
   int chunks[2] = {0, 0};
   size_t stage_bytes = 0;
-  size_t lists_bytes = 0;       // paged: the list builders' workspace (paged_workspace layout)
-  size_t partial_rows = 0;      // (token, split) rows of partials the workspace holds
-  size_t order_offset = 0;      // wgmma plans: the token order's [max_tokens] int32 in the workspace
+  size_t lists_bytes = 0;   // paged: the list builders' workspace (paged_workspace layout)
+  size_t partial_rows = 0;  // (token, split) rows of partials the workspace holds
+  size_t order_offset = 0;  // wgmma plans: the token order's [max_tokens] int32 in the workspace
   size_t workspace_bytes = 0;
-  bool log_runs = false;        // DSV4_CUDA_LOG_RUNS=1: each run logs its tiling and splits (debug level)
+  bool log_runs = false;  // DSV4_CUDA_LOG_RUNS=1: each run logs its tiling and splits (debug level)
   char kernel[128] = {0};
 };
 
@@ -133,15 +136,23 @@ bool rows_read_once(int64_t tokens, int seq_q, const int width[2], const dsv4_mo
   return seq_q <= kDecodeTokens && reads <= rows;
 }
 
-size_t partial_bytes_o(size_t rows, int heads) { return align_up(rows * heads * kHeadDim * sizeof(float)); }
-size_t partial_bytes_ml(size_t rows, int heads) { return align_up(rows * heads * 2 * sizeof(float)); }
+size_t partial_bytes_o(size_t rows, int heads) {
+  return align_up(rows * heads * kHeadDim * sizeof(float));
+}
+size_t partial_bytes_ml(size_t rows, int heads) {
+  return align_up(rows * heads * 2 * sizeof(float));
+}
 
 dsv4_status check_cache(const dsv4_kv_cache_desc& c, const char* name, bool optional) {
   if (c.layout == DSV4_KV_LAYOUT_NONE && optional) return DSV4_STATUS_OK;
-  if (!layout_is_known(c.layout)) return fail(DSV4_STATUS_UNSUPPORTED, "plan: %s layout %u", name, c.layout);
-  if (c.block_size < 1) return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: %s block_size %d", name, c.block_size);
-  if (c.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR && !(c.kv_scale > 0.0f && std::isfinite(c.kv_scale)))
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: %s kv_scale %g", name, static_cast<double>(c.kv_scale));
+  if (!layout_is_known(c.layout))
+    return fail(DSV4_STATUS_UNSUPPORTED, "plan: %s layout %u", name, c.layout);
+  if (c.block_size < 1)
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: %s block_size %d", name, c.block_size);
+  if (c.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR &&
+      !(c.kv_scale > 0.0f && std::isfinite(c.kv_scale)))
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: %s kv_scale %g", name,
+                static_cast<double>(c.kv_scale));
   return DSV4_STATUS_OK;
 }
 
@@ -159,30 +170,37 @@ dsv4_status check_plan(plan* p) {
   if (o.head_dim_qk != d_qk)
     return fail(DSV4_STATUS_UNSUPPORTED, "plan: head_dim_qk %d, layout %u holds %d", o.head_dim_qk,
                 o.swa_cache.layout, d_qk);
-  if (o.extra_cache.layout != DSV4_KV_LAYOUT_NONE && layout_head_dim_qk(o.extra_cache.layout) != d_qk)
-    return fail(DSV4_STATUS_UNSUPPORTED, "plan: extra_cache layout %u has another head_dim_qk than %d",
-                o.extra_cache.layout, d_qk);
-  if (o.head_dim_v != kHeadDim) return fail(DSV4_STATUS_UNSUPPORTED, "plan: head_dim_v %d (512 only)", o.head_dim_v);
+  if (o.extra_cache.layout != DSV4_KV_LAYOUT_NONE &&
+      layout_head_dim_qk(o.extra_cache.layout) != d_qk)
+    return fail(DSV4_STATUS_UNSUPPORTED,
+                "plan: extra_cache layout %u has another head_dim_qk than %d", o.extra_cache.layout,
+                d_qk);
+  if (o.head_dim_v != kHeadDim)
+    return fail(DSV4_STATUS_UNSUPPORTED, "plan: head_dim_v %d (512 only)", o.head_dim_v);
   if (dtype_is(o.q_dtype, DSV4_DTYPE_CODE_FLOAT8_E4M3FN, 8)) {
     const bool per_tensor = o.swa_cache.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR &&
                             (o.extra_cache.layout == DSV4_KV_LAYOUT_NONE ||
                              o.extra_cache.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR);
-    if (!per_tensor) return fail(DSV4_STATUS_UNSUPPORTED, "plan: e4m3 q needs the per-tensor FP8 layout");
+    if (!per_tensor)
+      return fail(DSV4_STATUS_UNSUPPORTED, "plan: e4m3 q needs the per-tensor FP8 layout");
     if (!(o.q_scale > 0.0f && std::isfinite(o.q_scale)))
       return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: q_scale %g", static_cast<double>(o.q_scale));
   } else if (!dtype_is(o.q_dtype, DSV4_DTYPE_CODE_BFLOAT, 16)) {
-    return fail(DSV4_STATUS_UNSUPPORTED, "plan: q dtype code %u bits %u (bf16 or e4m3)", o.q_dtype.code,
-                o.q_dtype.bits);
+    return fail(DSV4_STATUS_UNSUPPORTED, "plan: q dtype code %u bits %u (bf16 or e4m3)",
+                o.q_dtype.code, o.q_dtype.bits);
   }
   if (!std::isfinite(o.softmax_scale))
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: softmax_scale %g", static_cast<double>(o.softmax_scale));
-  if (o.max_tokens < 0) return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: max_tokens %d", o.max_tokens);
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: softmax_scale %g",
+                static_cast<double>(o.softmax_scale));
+  if (o.max_tokens < 0)
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: max_tokens %d", o.max_tokens);
 
   if (o.mode == DSV4_MODE_EXPLICIT) {
     if (o.index_format != DSV4_INDEX_DENSE && o.index_format != DSV4_INDEX_CSR)
       return fail(DSV4_STATUS_UNSUPPORTED, "plan: index_format %u", o.index_format);
     if (o.topk < 0 || o.extra_topk < 0)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: topk %d, extra_topk %d", o.topk, o.extra_topk);
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: topk %d, extra_topk %d", o.topk,
+                  o.extra_topk);
     p->width[0] = o.topk;
     p->width[1] = o.extra_cache.layout == DSV4_KV_LAYOUT_NONE ? 0 : o.extra_topk;
     return DSV4_STATUS_OK;
@@ -193,11 +211,14 @@ dsv4_status check_plan(plan* p) {
   if (o.compress_ratio == kC4Ratio && o.index_topk < 1)
     return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: index_topk %d", o.index_topk);
   if (o.compress_ratio == kC128Ratio && o.max_model_len < 1)
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: max_model_len %lld", static_cast<long long>(o.max_model_len));
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: max_model_len %lld",
+                static_cast<long long>(o.max_model_len));
   if (o.compress_ratio > 1 && o.extra_cache.layout == DSV4_KV_LAYOUT_NONE)
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: compress_ratio %d without an extra_cache", o.compress_ratio);
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: compress_ratio %d without an extra_cache",
+                o.compress_ratio);
   const int64_t cw = paged_cmp_width(o.compress_ratio, o.index_topk, o.max_model_len);
-  if (cw > (1 << 24)) return fail(DSV4_STATUS_UNSUPPORTED, "plan: compressed width %lld", static_cast<long long>(cw));
+  if (cw > (1 << 24))
+    return fail(DSV4_STATUS_UNSUPPORTED, "plan: compressed width %lld", static_cast<long long>(cw));
   p->width[0] = o.window;
   p->width[1] = static_cast<int>(cw);
   p->lists_bytes = paged_workspace(o.max_tokens, o.window, cw).total;
@@ -215,14 +236,16 @@ dsv4_status size_plan(plan* p) {
   int chunk = kChunkKeys;
   for (; tiles >= 1 && !force_small; tiles /= 2) {
     p->stage_bytes = attention_stage_bytes(o.swa_cache.layout, o.extra_cache.layout, chunk);
-    if (attention_smem_bytes(tiles, o.head_dim_qk, p->stage_bytes, chunk) <= p->ctx->smem_optin) break;
+    if (attention_smem_bytes(tiles, o.head_dim_qk, p->stage_bytes, chunk) <= p->ctx->smem_optin)
+      break;
   }
   if (force_small || tiles < 1) {  // 16-head tiles over 32-key chunks (about 75 KB)
     tiles = 1;
     chunk = kSmallChunkKeys;
     p->stage_bytes = attention_stage_bytes(o.swa_cache.layout, o.extra_cache.layout, chunk);
     if (attention_smem_bytes(tiles, o.head_dim_qk, p->stage_bytes, chunk) > p->ctx->smem_optin)
-      return fail(DSV4_STATUS_UNSUPPORTED, "plan: device shared memory %zu bytes is too small", p->ctx->smem_optin);
+      return fail(DSV4_STATUS_UNSUPPORTED, "plan: device shared memory %zu bytes is too small",
+                  p->ctx->smem_optin);
   }
   p->chunk_keys = chunk;
   p->chunks[0] = (p->width[0] + chunk - 1) / chunk;
@@ -245,15 +268,16 @@ dsv4_status size_plan(plan* p) {
     if (nerr != cudaSuccess) return cuda_fail(nerr, "plan: cudaFuncSetAttribute");
     n.ctas_per_sm = attention_ctas_per_sm(n.head_tiles, chunk, o.head_dim_qk, n.smem_bytes);
   }
-  // Hopper: the wgmma kernel (64-head CTAs, pairs for > 64 heads) for 33..128 heads: faster than the
-  // mma.sync kernel on an H200 for every layout it serves (CONFIG1 b=64 69.5 vs 88.3 us, CONFIG3
-  // 104 vs 145 us, bf16 CONFIG1 49.5 vs 81.1 us). DSV4_CUDA_KERNEL (A/B runs, tests): =mma never
-  // uses a Hopper kernel; =wgmma keeps runs of > 32 heads off the small-head kernel's tiles
+  // Hopper: the wgmma kernel (64-head CTAs, pairs for > 64 heads) for 33..128 heads: faster than
+  // the mma.sync kernel on an H200 for every layout it serves (CONFIG1 b=64 69.5 vs 88.3 us,
+  // CONFIG3 104 vs 145 us, bf16 CONFIG1 49.5 vs 81.1 us). DSV4_CUDA_KERNEL (A/B runs, tests): =mma
+  // never uses a Hopper kernel; =wgmma keeps runs of > 32 heads off the small-head kernel's tiles
   // (sm90_narrow), =small puts them there, =small32 on the 32-head tiles.
   const char* kenv = host_env("DSV4_CUDA_KERNEL");
   const char* senv = host_env("DSV4_CUDA_MAX_SPLITS");
   if (senv != nullptr) rp.max_splits = std::max(0, std::atoi(senv));
-  if (const char* menv = host_env("DSV4_CUDA_MIN_SPLITS")) rp.min_splits = std::max(0, std::atoi(menv));
+  if (const char* menv = host_env("DSV4_CUDA_MIN_SPLITS"))
+    rp.min_splits = std::max(0, std::atoi(menv));
   p->log_runs = host_env("DSV4_CUDA_LOG_RUNS") != nullptr && !host_env_off("DSV4_CUDA_LOG_RUNS");
   if (const char* v = host_env("DSV4_CUDA_ORDER")) rp.order = std::strcmp(v, "0") == 0 ? -1 : 1;
   if (kenv != nullptr && std::strcmp(kenv, "small") == 0) rp.force_sm90_narrow = 1;
@@ -263,9 +287,11 @@ dsv4_status size_plan(plan* p) {
   const bool never_sm90 = (kenv != nullptr && std::strcmp(kenv, "mma") == 0) || force_small;
   const bool hopper = !never_sm90 && p->ctx->cc_major == 9 && o.head_dim_qk == kHeadDim &&
                       attention_sm90_layouts(o.swa_cache.layout, o.extra_cache.layout);
-  // The small-head kernel's tiling of `tile_rows` (16 or 32) heads per CTA, when the device runs it.
+  // The small-head kernel's tiling of `tile_rows` (16 or 32) heads per CTA, when the device runs
+  // it.
   const uint32_t layout = o.swa_cache.layout;
-  const bool small_ok = hopper && attention_sm90_small_smem_bytes(2, layout, false) <= p->ctx->smem_optin &&
+  const bool small_ok = hopper &&
+                        attention_sm90_small_smem_bytes(2, layout, false) <= p->ctx->smem_optin &&
                         attention_sm90_small_compiled();
   // DSV4_CUDA_SMALL_STAGE=0 (A/B runs, tests) keeps the small-head kernel's FP8 rows on the
   // producers' loads instead of the bulk-copy engine.
@@ -273,8 +299,8 @@ dsv4_status size_plan(plan* p) {
   // DSV4_CUDA_SMALL_H8=0 (A/B runs, tests) keeps 1..8 heads on the 16-head tile's consumer.
   const bool h8_ok = !host_env_off("DSV4_CUDA_SMALL_H8");
   // Persistent CTAs of the Hopper kernels for runs of more work items than the device holds: up to
-  // `resident` of them. DSV4_CUDA_PERSISTENT (A/B runs, tests): 0 = one CTA per item; n > 0 = at most
-  // n CTAs, looping over items, whatever the lengths.
+  // `resident` of them. DSV4_CUDA_PERSISTENT (A/B runs, tests): 0 = one CTA per item; n > 0 = at
+  // most n CTAs, looping over items, whatever the lengths.
   const char* penv = host_env("DSV4_CUDA_PERSISTENT");
   auto cap_persistent = [&](tiling* t) {
     if (penv == nullptr) return;
@@ -288,24 +314,26 @@ dsv4_status size_plan(plan* p) {
     const cudaError_t cerr = attention_sm90_small_configure();
     if (cerr != cudaSuccess) return cuda_fail(cerr, "plan: cudaFuncSetAttribute (sm90 small)");
     *t = small_tiles(tile_rows, o.num_heads, layout, narrow_of_wider);
-    t->small_staged = stage_ok && small_staged_applies(t->head_tiles, layout) &&
-                      attention_sm90_small_smem_bytes(t->head_tiles, layout, true) <= p->ctx->smem_optin;
+    t->small_staged =
+        stage_ok && small_staged_applies(t->head_tiles, layout) &&
+        attention_sm90_small_smem_bytes(t->head_tiles, layout, true) <= p->ctx->smem_optin;
     t->smem_bytes = attention_sm90_small_smem_bytes(t->head_tiles, layout, t->small_staged);
     t->small_heads8 = t->small_heads8 && h8_ok;
     if (t->small_staged) {
-      const cudaError_t rerr = attention_sm90_small_resident(t->head_tiles, layout, p->ctx->sm_count, &t->resident[0]);
+      const cudaError_t rerr =
+          attention_sm90_small_resident(t->head_tiles, layout, p->ctx->sm_count, &t->resident[0]);
       if (rerr != cudaSuccess) return cuda_fail(rerr, "plan: occupancy (sm90 small)");
       cap_persistent(t);
     }
     return DSV4_STATUS_OK;
   };
   if (small_ok && o.num_heads <= 2 * kMmaRows) {
-    // 1..32 heads: 16- or 32-head tiles fed by two producer warpgroups (H200, CONFIG1 shapes at b=64
-    // against the mma.sync kernel: see docs/performance.md).
+    // 1..32 heads: 16- or 32-head tiles fed by two producer warpgroups (H200, CONFIG1 shapes at
+    // b=64 against the mma.sync kernel: see docs/performance.md).
     const dsv4_status sst = small_tiling(&rp.sm90, small_tile_rows(o.num_heads), false);
     if (sst != DSV4_STATUS_OK) return sst;
-  } else if (hopper && o.num_heads > 2 * kMmaRows && attention_sm90_smem_bytes() <= p->ctx->smem_optin &&
-             attention_sm90_compiled()) {
+  } else if (hopper && o.num_heads > 2 * kMmaRows &&
+             attention_sm90_smem_bytes() <= p->ctx->smem_optin && attention_sm90_compiled()) {
     const cudaError_t serr = attention_sm90_configure();
     if (serr != cudaSuccess) return cuda_fail(serr, "plan: cudaFuncSetAttribute (sm90)");
     tiling& h = rp.sm90;
@@ -327,17 +355,19 @@ dsv4_status size_plan(plan* p) {
   const size_t rows = max_partial_rows(rp, o.max_tokens);
   p->partial_rows = rows;
   p->workspace_bytes = align_up(p->lists_bytes);
-  if (rows > 0) p->workspace_bytes += partial_bytes_o(rows, o.num_heads) + partial_bytes_ml(rows, o.num_heads);
+  if (rows > 0)
+    p->workspace_bytes += partial_bytes_o(rows, o.num_heads) + partial_bytes_ml(rows, o.num_heads);
   // The wgmma kernel's token order (longest first), for runs of uneven tokens.
   if (rp.sm90.sm90) {
     p->order_offset = align_up(p->workspace_bytes);
-    p->workspace_bytes = p->order_offset + align_up(static_cast<size_t>(o.max_tokens) * sizeof(int32_t));
+    p->workspace_bytes =
+        p->order_offset + align_up(static_cast<size_t>(o.max_tokens) * sizeof(int32_t));
   }
   // The caller's workspace need not be aligned: keep room to align its start to kAlign.
   if (p->workspace_bytes > 0) p->workspace_bytes += kAlign;
   const tiling& named = rp.sm90.head_tiles != 0 ? rp.sm90 : rp.wide;
-  std::snprintf(p->kernel, sizeof p->kernel, "cuda-%s-bf16-h%d-k%d/%s", tiling_kernel(named), tiling_heads(named),
-                chunk, o.mode == DSV4_MODE_PAGED ? "paged" : "explicit");
+  std::snprintf(p->kernel, sizeof p->kernel, "cuda-%s-bf16-h%d-k%d/%s", tiling_kernel(named),
+                tiling_heads(named), chunk, o.mode == DSV4_MODE_PAGED ? "paged" : "explicit");
   return DSV4_STATUS_OK;
 }
 
@@ -354,10 +384,12 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   const dsv4_plan_options& o = p.options;
   if (run.num_tokens <= 0) return DSV4_STATUS_OK;
   if (run.num_tokens > o.max_tokens)
-    return fail(DSV4_STATUS_PLAN_MISMATCH, "run: %d tokens, plan capacity %d", run.num_tokens, o.max_tokens);
-  if (run.workspace_bytes < p.workspace_bytes || (p.workspace_bytes > 0 && run.workspace == nullptr))
-    return fail(DSV4_STATUS_WORKSPACE_TOO_SMALL, "run: workspace of %zu bytes, plan needs %zu", run.workspace_bytes,
-                p.workspace_bytes);
+    return fail(DSV4_STATUS_PLAN_MISMATCH, "run: %d tokens, plan capacity %d", run.num_tokens,
+                o.max_tokens);
+  if (run.workspace_bytes < p.workspace_bytes ||
+      (p.workspace_bytes > 0 && run.workspace == nullptr))
+    return fail(DSV4_STATUS_WORKSPACE_TOO_SMALL, "run: workspace of %zu bytes, plan needs %zu",
+                run.workspace_bytes, p.workspace_bytes);
   device_scope scope(p.ctx->device);
   if (scope.status() != cudaSuccess) return cuda_fail(scope.status(), "run: cudaSetDevice");
   cudaStream_t stream = static_cast<cudaStream_t>(run.stream);
@@ -391,7 +423,8 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   a.max_logits = run.max_logits;
   a.cache[0] = run.swa_cache;
   a.cache[1] = run.extra_cache;
-  for (int i = 0; i < 2; ++i) a.block_div[i] = make_u31_divisor(static_cast<uint32_t>(std::max(1, a.cache[i].block_size)));
+  for (int i = 0; i < 2; ++i)
+    a.block_div[i] = make_u31_divisor(static_cast<uint32_t>(std::max(1, a.cache[i].block_size)));
   a.aligned16 = caches_aligned ? 1 : 0;
   a.stream_rows = rows_read_once(run.num_tokens, a.seq_q, p.width, a.cache) ? 1 : 0;
   a.small_staged = tl.sm90_small && tl.small_staged ? 1 : 0;
@@ -401,13 +434,15 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
     a.value_scale[i] = cache_value_scale(a.cache[i]);
     // Positive even where the product underflows: the Hopper softmax scales its maxima and logits
     // by it (0 * -inf would be NaN there).
-    a.logit_scale_log2[i] = std::max(o.softmax_scale * q_scale * a.value_scale[i] * 1.4426950408889634f, FLT_MIN);
+    a.logit_scale_log2[i] =
+        std::max(o.softmax_scale * q_scale * a.value_scale[i] * 1.4426950408889634f, FLT_MIN);
   }
   a.stage_bytes = static_cast<int32_t>(p.stage_bytes);
-  a.q_aligned16 = !a.q_is_fp8 && reinterpret_cast<uintptr_t>(run.q.data) % 16 == 0 && run.q.stride_b % 8 == 0 &&
-                  run.q.stride_s % 8 == 0 && run.q.stride_h % 8 == 0;
-  a.out_aligned16 = reinterpret_cast<uintptr_t>(run.out.data) % 16 == 0 && run.out.stride_b % 8 == 0 &&
-                    run.out.stride_s % 8 == 0 && run.out.stride_h % 8 == 0;
+  a.q_aligned16 = !a.q_is_fp8 && reinterpret_cast<uintptr_t>(run.q.data) % 16 == 0 &&
+                  run.q.stride_b % 8 == 0 && run.q.stride_s % 8 == 0 && run.q.stride_h % 8 == 0;
+  a.out_aligned16 = reinterpret_cast<uintptr_t>(run.out.data) % 16 == 0 &&
+                    run.out.stride_b % 8 == 0 && run.out.stride_s % 8 == 0 &&
+                    run.out.stride_h % 8 == 0;
   a.attn_sink = run.attn_sink;
 
   if (o.mode == DSV4_MODE_EXPLICIT) {
@@ -425,7 +460,9 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
     b.geometry.cmp_width = static_cast<int32_t>(cw);
     b.geometry.decode_threshold = o.decode_threshold;
     b.capacity.swa = run.swa_cache.num_blocks * run.swa_cache.block_size;
-    b.capacity.cmp = run.extra_cache.base != nullptr ? run.extra_cache.num_blocks * run.extra_cache.block_size : 0;
+    b.capacity.cmp = run.extra_cache.base != nullptr
+                         ? run.extra_cache.num_blocks * run.extra_cache.block_size
+                         : 0;
     b.batch = run.paged;
     b.num_tokens = run.num_tokens;
     b.swa_indices = reinterpret_cast<int32_t*>(ws + wl.swa_indices);
@@ -456,15 +493,16 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   a.chunks_per_split = sp.chunks_per_split;
   const bool ordered = order_tokens(p.planner, tl, run.num_tokens, sp.splits, !uniform_items(a));
   if (p.log_runs)
-    log_debug("run: %d tokens, %s h%d tiles, %d split(s) of %d chunk(s)%s", run.num_tokens, tiling_kernel(tl),
-              tiling_heads(tl), sp.splits, sp.chunks_per_split,
-              ordered                                             ? ", tokens longest first"
+    log_debug("run: %d tokens, %s h%d tiles, %d split(s) of %d chunk(s)%s", run.num_tokens,
+              tiling_kernel(tl), tiling_heads(tl), sp.splits, sp.chunks_per_split,
+              ordered                                               ? ", tokens longest first"
               : tl.sm90_small && attention_sm90_small_persistent(a) ? ", persistent CTAs"
-                                                                  : "");
+                                                                    : "");
   if (sp.splits > 1) {
     const size_t rows = static_cast<size_t>(run.num_tokens) * static_cast<size_t>(sp.splits);
     if (rows > p.partial_rows)
-      return fail(DSV4_STATUS_INTERNAL, "run: %zu partial rows exceed the plan's %zu", rows, p.partial_rows);
+      return fail(DSV4_STATUS_INTERNAL, "run: %zu partial rows exceed the plan's %zu", rows,
+                  p.partial_rows);
     uint8_t* part = ws + align_up(p.lists_bytes);
     a.partial_o = reinterpret_cast<float*>(part);
     a.partial_ml = reinterpret_cast<float*>(part + partial_bytes_o(p.partial_rows, o.num_heads));
@@ -480,20 +518,23 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
 // ---------------------------------------------------------------------------------------------
 // ABI slots
 // ---------------------------------------------------------------------------------------------
-dsv4_status slot_probe(int32_t* out_score, int32_t* out_device_count, char* reason, size_t capacity) {
+dsv4_status slot_probe(int32_t* out_score, int32_t* out_device_count, char* reason,
+                       size_t capacity) {
   return guarded("probe", [&] {
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
     int32_t score = 0;
     if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice || err != cudaSuccess) {
       const char* what = err == cudaErrorNoDevice ? "no CUDA device" : "no CUDA driver";
-      if (reason != nullptr && capacity > 0) std::snprintf(reason, capacity, "%s: %s", what, cudaGetErrorName(err));
+      if (reason != nullptr && capacity > 0)
+        std::snprintf(reason, capacity, "%s: %s", what, cudaGetErrorName(err));
       count = 0;
     } else if (count == 0) {
       if (reason != nullptr && capacity > 0) std::snprintf(reason, capacity, "no CUDA device");
     } else {
       score = 100;
-      if (reason != nullptr && capacity > 0) std::snprintf(reason, capacity, "ok: %d device(s)", count);
+      if (reason != nullptr && capacity > 0)
+        std::snprintf(reason, capacity, "ok: %d device(s)", count);
     }
     if (out_score != nullptr) *out_score = score;
     if (out_device_count != nullptr) *out_device_count = count;
@@ -503,7 +544,8 @@ dsv4_status slot_probe(int32_t* out_score, int32_t* out_device_count, char* reas
 
 dsv4_status slot_get_device_info(int32_t index, dsv4_device_info* out_info) {
   return guarded("get_device_info", [&] {
-    if (out_info == nullptr) return fail(DSV4_STATUS_INVALID_ARGUMENT, "get_device_info: out_info is NULL");
+    if (out_info == nullptr)
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "get_device_info: out_info is NULL");
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) return cuda_fail(err, "get_device_info: cudaGetDeviceCount");
@@ -512,7 +554,8 @@ dsv4_status slot_get_device_info(int32_t index, dsv4_device_info* out_info) {
     cudaDeviceProp prop;
     err = cudaGetDeviceProperties(&prop, index);
     if (err != cudaSuccess) return cuda_fail(err, "get_device_info: cudaGetDeviceProperties");
-    const uint32_t size = out_info->struct_size != 0 ? out_info->struct_size : sizeof(dsv4_device_info);
+    const uint32_t size =
+        out_info->struct_size != 0 ? out_info->struct_size : sizeof(dsv4_device_info);
     dsv4_device_info info{};
     info.struct_size = size;
     info.device_type = DSV4_DEVICE_CUDA;
@@ -521,7 +564,8 @@ dsv4_status slot_get_device_info(int32_t index, dsv4_device_info* out_info) {
     info.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
     char suffix[32];
     std::snprintf(suffix, sizeof suffix, " (sm_%d%d)", prop.major, prop.minor);
-    const size_t keep = std::min(std::strlen(prop.name), sizeof info.name - 1 - std::strlen(suffix));
+    const size_t keep =
+        std::min(std::strlen(prop.name), sizeof info.name - 1 - std::strlen(suffix));
     std::memcpy(info.name, prop.name, keep);
     std::memcpy(info.name + keep, suffix, std::strlen(suffix) + 1);
     std::memcpy(out_info, &info, std::min<size_t>(size, sizeof info));
@@ -537,22 +581,23 @@ dsv4_status slot_ctx_create(const dsv4_mod_ctx_config* config, void** out_mctx) 
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) return cuda_fail(err, "ctx_create: cudaGetDeviceCount");
     if (config->device_id < 0 || config->device_id >= count)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "ctx_create: device_id %d of %d CUDA devices", config->device_id,
-                  count);
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "ctx_create: device_id %d of %d CUDA devices",
+                  config->device_id, count);
     auto ctx = std::make_unique<context>();
     ctx->device = config->device_id;
     cudaDeviceProp prop;
     err = cudaGetDeviceProperties(&prop, ctx->device);
     if (err != cudaSuccess) return cuda_fail(err, "ctx_create: cudaGetDeviceProperties");
     if (prop.major < 8)
-      return fail(DSV4_STATUS_UNSUPPORTED, "ctx_create: %s is sm_%d%d; the CUDA backend needs sm_80 or newer",
-                  prop.name, prop.major, prop.minor);
+      return fail(DSV4_STATUS_UNSUPPORTED,
+                  "ctx_create: %s is sm_%d%d; the CUDA backend needs sm_80 or newer", prop.name,
+                  prop.major, prop.minor);
     ctx->sm_count = prop.multiProcessorCount;
     ctx->smem_optin = prop.sharedMemPerBlockOptin;
     ctx->cc_major = prop.major;
     ctx->cc_minor = prop.minor;
-    log_debug("context on device %d: %s, %d SMs, %zu B shared memory per block", ctx->device, prop.name,
-              ctx->sm_count, ctx->smem_optin);
+    log_debug("context on device %d: %s, %d SMs, %zu B shared memory per block", ctx->device,
+              prop.name, ctx->sm_count, ctx->smem_optin);
     *out_mctx = ctx.release();
     return DSV4_STATUS_OK;
   });
@@ -570,12 +615,13 @@ dsv4_status slot_plan_create(void* mctx, const dsv4_plan_options* options, void*
     dsv4_status st = check_plan(p.get());
     if (st != DSV4_STATUS_OK) return st;
     device_scope scope(p->ctx->device);
-    if (scope.status() != cudaSuccess) return cuda_fail(scope.status(), "plan_create: cudaSetDevice");
+    if (scope.status() != cudaSuccess)
+      return cuda_fail(scope.status(), "plan_create: cudaSetDevice");
     st = size_plan(p.get());
     if (st != DSV4_STATUS_OK) return st;
-    log_debug("plan: %s, %d heads in %d group(s), lists %d + %d, %zu B shared, workspace %zu B", p->kernel,
-              p->options.num_heads, p->planner.wide.head_groups, p->width[0], p->width[1], p->planner.wide.smem_bytes,
-              p->workspace_bytes);
+    log_debug("plan: %s, %d heads in %d group(s), lists %d + %d, %zu B shared, workspace %zu B",
+              p->kernel, p->options.num_heads, p->planner.wide.head_groups, p->width[0],
+              p->width[1], p->planner.wide.smem_bytes, p->workspace_bytes);
     *out_mplan = p.release();
     return DSV4_STATUS_OK;
   });
@@ -597,7 +643,8 @@ dsv4_status slot_plan_get_kernel_name(const void* mplan, char* buffer, size_t ca
 dsv4_status slot_run(const void* mplan, const dsv4_mod_run* run) {
   return guarded("run", [&] {
     const plan* p = static_cast<const plan*>(mplan);
-    const dsv4_status head = check_run_header(fail, mplan, run, p != nullptr ? p->options.mode : 0u);
+    const dsv4_status head =
+        check_run_header(fail, mplan, run, p != nullptr ? p->options.mode : 0u);
     if (head != DSV4_STATUS_OK) return head;
     return run_plan(*p, *run);
   });
@@ -605,7 +652,8 @@ dsv4_status slot_run(const void* mplan, const dsv4_mod_run* run) {
 
 dsv4_status slot_kv_write(void* mctx, const dsv4_mod_kv_write* write) {
   return guarded("kv_write", [&] {
-    if (mctx == nullptr || write == nullptr) return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: NULL argument");
+    if (mctx == nullptr || write == nullptr)
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: NULL argument");
     if (write->struct_size < sizeof(dsv4_mod_kv_write))
       return fail(DSV4_STATUS_ABI_MISMATCH, "kv_write: dsv4_mod_kv_write of %u bytes, need %zu",
                   write->struct_size, sizeof(dsv4_mod_kv_write));
@@ -614,8 +662,8 @@ dsv4_status slot_kv_write(void* mctx, const dsv4_mod_kv_write* write) {
     if (write->dim != layout_head_dim_qk(write->cache.layout))
       return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: dim %d, layout %u holds %d", write->dim,
                   write->cache.layout, layout_head_dim_qk(write->cache.layout));
-    if (write->cache.block_size < 1) return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: block_size %d",
-                                                 write->cache.block_size);
+    if (write->cache.block_size < 1)
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: block_size %d", write->cache.block_size);
     const context* ctx = static_cast<const context*>(mctx);
     device_scope scope(ctx->device);
     if (scope.status() != cudaSuccess) return cuda_fail(scope.status(), "kv_write: cudaSetDevice");
@@ -625,38 +673,47 @@ dsv4_status slot_kv_write(void* mctx, const dsv4_mod_kv_write* write) {
   });
 }
 
-// Paged plans: the lists a run would build, in an engine's format (FlashMLA dense, CSR, FlashInfer).
-// Batch values live on the device and are not validated here (that would need a synchronisation);
-// the builders never read out of bounds and turn malformed entries into -1.
-dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch, const dsv4_mod_export* exp) {
+// Paged plans: the lists a run would build, in an engine's format (FlashMLA dense, CSR,
+// FlashInfer). Batch values live on the device and are not validated here (that would need a
+// synchronisation); the builders never read out of bounds and turn malformed entries into -1.
+dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch,
+                                const dsv4_mod_export* exp) {
   return guarded("export_indices", [&] {
     if (mplan == nullptr || batch == nullptr || exp == nullptr || exp->plan == nullptr)
       return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: NULL argument");
     if (exp->struct_size < sizeof(dsv4_mod_export))
-      return fail(DSV4_STATUS_ABI_MISMATCH, "export_indices: dsv4_mod_export of %u bytes", exp->struct_size);
+      return fail(DSV4_STATUS_ABI_MISMATCH, "export_indices: dsv4_mod_export of %u bytes",
+                  exp->struct_size);
     const plan* p = static_cast<const plan*>(mplan);
     const dsv4_plan_options& o = *exp->plan;
-    if (o.mode != DSV4_MODE_PAGED) return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: not a paged plan");
+    if (o.mode != DSV4_MODE_PAGED)
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: not a paged plan");
     export_params e{};
     e.geometry.ratio = o.compress_ratio > 1 ? o.compress_ratio : 1;
     e.geometry.window = o.window;
     e.geometry.swa_block_size = batch->swa_cache.block_size;
     e.geometry.cmp_block_size = e.geometry.ratio > 1 ? batch->extra_cache.block_size : 1;
-    e.geometry.cmp_width = static_cast<int32_t>(paged_cmp_width(o.compress_ratio, o.index_topk, o.max_model_len));
+    e.geometry.cmp_width =
+        static_cast<int32_t>(paged_cmp_width(o.compress_ratio, o.index_topk, o.max_model_len));
     e.geometry.decode_threshold = o.decode_threshold;
-    e.capacity.swa = batch->swa_cache.base != nullptr ? batch->swa_cache.num_blocks * batch->swa_cache.block_size : 0;
-    e.capacity.cmp =
-        batch->extra_cache.base != nullptr ? batch->extra_cache.num_blocks * batch->extra_cache.block_size : 0;
+    e.capacity.swa = batch->swa_cache.base != nullptr
+                         ? batch->swa_cache.num_blocks * batch->swa_cache.block_size
+                         : 0;
+    e.capacity.cmp = batch->extra_cache.base != nullptr
+                         ? batch->extra_cache.num_blocks * batch->extra_cache.block_size
+                         : 0;
     e.batch = batch->paged;
     e.num_tokens = batch->num_tokens;
     e.format = exp->format;
     e.swa = exp->swa;
     e.cmp = exp->cmp;
     e.combined = exp->combined;
-    if (e.format != DSV4_EXPORT_FLASHMLA && e.format != DSV4_EXPORT_CSR && e.format != DSV4_EXPORT_FLASHINFER)
+    if (e.format != DSV4_EXPORT_FLASHMLA && e.format != DSV4_EXPORT_CSR &&
+        e.format != DSV4_EXPORT_FLASHINFER)
       return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: unknown format %u", e.format);
     if (e.format == DSV4_EXPORT_FLASHINFER && e.combined.col_stride != 1)
-      return fail(DSV4_STATUS_UNSUPPORTED, "export_indices: combined_indices needs a contiguous last dimension");
+      return fail(DSV4_STATUS_UNSUPPORTED,
+                  "export_indices: combined_indices needs a contiguous last dimension");
     if (e.format == DSV4_EXPORT_CSR) {
       if (e.swa.indptr == nullptr || (e.cmp.indices != nullptr && e.cmp.indptr == nullptr))
         return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: CSR needs indptr arrays");
@@ -665,7 +722,8 @@ dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch, co
                     static_cast<long long>(kExportMaxCsrWidth));
     }
     device_scope scope(p->ctx->device);
-    if (scope.status() != cudaSuccess) return cuda_fail(scope.status(), "export_indices: cudaSetDevice");
+    if (scope.status() != cudaSuccess)
+      return cuda_fail(scope.status(), "export_indices: cudaSetDevice");
     const cudaError_t err = export_launch(e, static_cast<cudaStream_t>(exp->stream));
     if (err != cudaSuccess) return cuda_fail(err, "export_indices: launch");
     return DSV4_STATUS_OK;

@@ -46,11 +46,11 @@ __global__ void __launch_bounds__(kWriteThreads) kv_write_kernel(const dsv4_mod_
   if (threadIdx.x != 0) return;
   const int64_t block = slot / w.cache.block_size;
   const int64_t entry = slot % w.cache.block_size;
-  if (block >= w.cache.num_blocks) return;  // GPU contract (dsv4.h): rows beyond capacity are skipped
+  if (block >= w.cache.num_blocks)
+    return;  // GPU contract (dsv4.h): rows beyond capacity are skipped
   quantize_entry(w.cache.layout, w.cache.base + block * w.cache.block_stride_bytes,
                  w.cache.block_size, entry, values, w.cache.kv_scale);
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Index export. Dense formats: one thread per token writes its rows in place (paged_index.h).
@@ -61,8 +61,8 @@ __global__ void export_dense_kernel(const export_params p) {
   if (p.format == DSV4_EXPORT_FLASHINFER) {
     const dsv4_mod_export_list& l = p.combined;
     const int32_t num_decodes = paged_num_decodes(p.batch, g.decode_threshold);
-    const int32_t len =
-        paged_build_flashinfer_row(g, p.batch, p.capacity, t, num_decodes, l.indices + t * l.row_stride, l.width);
+    const int32_t len = paged_build_flashinfer_row(g, p.batch, p.capacity, t, num_decodes,
+                                                   l.indices + t * l.row_stride, l.width);
     if (l.lengths != nullptr) l.lengths[t * l.len_stride] = len;
     return;
   }
@@ -70,14 +70,16 @@ __global__ void export_dense_kernel(const export_params p) {
   const dsv4_mod_export_list& cm = p.cmp;
   const bool want_cmp = cm.indices != nullptr && g.cmp_width > 0;
   const paged_token k = paged_locate(p.batch, t);
-  const int32_t swa_len =
-      paged_build_swa_row(g, p.batch, k, p.capacity.swa, sw.indices + t * sw.row_stride, sw.col_stride);
-  for (int64_t c = g.window; c < sw.width; ++c) sw.indices[t * sw.row_stride + c * sw.col_stride] = -1;
+  const int32_t swa_len = paged_build_swa_row(g, p.batch, k, p.capacity.swa,
+                                              sw.indices + t * sw.row_stride, sw.col_stride);
+  for (int64_t c = g.window; c < sw.width; ++c)
+    sw.indices[t * sw.row_stride + c * sw.col_stride] = -1;
   if (sw.lengths != nullptr) sw.lengths[t * sw.len_stride] = swa_len;
   if (!want_cmp) return;
-  const int32_t cmp_len =
-      paged_build_cmp_row(g, p.batch, k, t, p.capacity.cmp, cm.indices + t * cm.row_stride, cm.col_stride);
-  for (int64_t c = g.cmp_width; c < cm.width; ++c) cm.indices[t * cm.row_stride + c * cm.col_stride] = -1;
+  const int32_t cmp_len = paged_build_cmp_row(g, p.batch, k, t, p.capacity.cmp,
+                                              cm.indices + t * cm.row_stride, cm.col_stride);
+  for (int64_t c = g.cmp_width; c < cm.width; ++c)
+    cm.indices[t * cm.row_stride + c * cm.col_stride] = -1;
   if (cm.lengths != nullptr) cm.lengths[t * cm.len_stride] = cmp_len;
 }
 
@@ -92,12 +94,14 @@ __global__ void export_csr_lengths_kernel(const export_params p) {
   const int32_t swa_len = paged_build_swa_row(g, p.batch, k, p.capacity.swa, &scratch, 0);
   p.swa.indptr[(t + 1) * p.swa.indptr_stride] = swa_len;
   if (p.cmp.indices != nullptr && g.cmp_width > 0)
-    p.cmp.indptr[(t + 1) * p.cmp.indptr_stride] = paged_build_cmp_row(g, p.batch, k, t, p.capacity.cmp, &scratch, 0);
+    p.cmp.indptr[(t + 1) * p.cmp.indptr_stride] =
+        paged_build_cmp_row(g, p.batch, k, t, p.capacity.cmp, &scratch, 0);
 }
 
 // CSR pass 2: in-place inclusive scan of indptr[1 .. T] (one CTA), indptr[0] = 0.
 constexpr int kScanThreads = 1024;
-__global__ void __launch_bounds__(kScanThreads) export_csr_scan_kernel(int32_t* indptr, int64_t stride, int64_t n) {
+__global__ void __launch_bounds__(kScanThreads)
+    export_csr_scan_kernel(int32_t* indptr, int64_t stride, int64_t n) {
   __shared__ int32_t partial[kScanThreads];
   const int64_t per = (n + kScanThreads - 1) / kScanThreads;
   const int64_t begin = 1 + threadIdx.x * per;
@@ -144,7 +148,8 @@ __global__ void export_csr_rows_kernel(const export_params p) {
     const dsv4_mod_export_list& l = *lists[li];
     if (l.indices == nullptr || (li == 1 && g.cmp_width == 0)) continue;
     const int64_t start = l.indptr[t * l.indptr_stride];
-    for (int i = threadIdx.x; i < lens[li]; i += blockDim.x) l.indices[(start + i) * l.col_stride] = src[li][i];
+    for (int i = threadIdx.x; i < lens[li]; i += blockDim.x)
+      l.indices[(start + i) * l.col_stride] = src[li][i];
     if (threadIdx.x == 0 && l.lengths != nullptr) l.lengths[t * l.len_stride] = lens[li];
   }
 }
@@ -170,12 +175,15 @@ cudaError_t export_launch(const export_params& p, cudaStream_t stream) {
   export_csr_lengths_kernel<<<blocks, threads, 0, stream>>>(p);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  export_csr_scan_kernel<<<1, kScanThreads, 0, stream>>>(p.swa.indptr, p.swa.indptr_stride, p.num_tokens);
+  export_csr_scan_kernel<<<1, kScanThreads, 0, stream>>>(p.swa.indptr, p.swa.indptr_stride,
+                                                         p.num_tokens);
   if (p.cmp.indices != nullptr && p.geometry.cmp_width > 0)
-    export_csr_scan_kernel<<<1, kScanThreads, 0, stream>>>(p.cmp.indptr, p.cmp.indptr_stride, p.num_tokens);
+    export_csr_scan_kernel<<<1, kScanThreads, 0, stream>>>(p.cmp.indptr, p.cmp.indptr_stride,
+                                                           p.num_tokens);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  const size_t smem = static_cast<size_t>(p.geometry.window + p.geometry.cmp_width) * sizeof(int32_t);
+  const size_t smem =
+      static_cast<size_t>(p.geometry.window + p.geometry.cmp_width) * sizeof(int32_t);
   if (smem > 48 * 1024) {
     err = cudaFuncSetAttribute(export_csr_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(smem));

@@ -11,10 +11,10 @@ namespace dsv4 {
 namespace cuda {
 namespace {
 
-// The combine of a split run (one CTA per (token, head) row, a few resident per SM, each reading every
-// split's partial). ~1 chunk time at b = 2 (256..512 rows), growing by ~0.33 us a split (32-head
-// tiles, CONFIG1 b=2: 2..10 splits); ~3.7 at CONFIG1 b=32 (4096 rows, 2 splits: 45.2 us against 27.9
-// modelled without it). Round 42.
+// The combine of a split run (one CTA per (token, head) row, a few resident per SM, each reading
+// every split's partial). ~1 chunk time at b = 2 (256..512 rows), growing by ~0.33 us a split
+// (32-head tiles, CONFIG1 b=2: 2..10 splits); ~3.7 at CONFIG1 b=32 (4096 rows, 2 splits: 45.2 us
+// against 27.9 modelled without it). Round 42.
 double combine_cost(int64_t rows, int splits) {
   return 0.5 + 0.75 * static_cast<double>(rows) / 1000.0 + 0.06 * splits;
 }
@@ -27,8 +27,8 @@ double partial_store_cost(const tiling& tl) { return 0.42 * tl.head_tiles * kMma
 
 // The cost of a split count is its number of waves (CTAs over the resident CTA slots of the device)
 // times the chunks each CTA runs plus its fixed cost (Q load, first gather, epilogue) and, with
-// splits, each CTA's partial stores, plus the combine pass. Splitting is limited to 4 waves of CTAs,
-// which bounds the workspace for partials (max_partial_rows).
+// splits, each CTA's partial stores, plus the combine pass. Splitting is limited to 4 waves of
+// CTAs, which bounds the workspace for partials (max_partial_rows).
 split_plan choose_splits(const run_planner& p, const tiling& tl, int64_t tokens) {
   const int total = std::max(1, p.total_chunks);
   const int64_t base = tokens * tl.head_groups;
@@ -37,13 +37,14 @@ split_plan choose_splits(const run_planner& p, const tiling& tl, int64_t tokens)
   for (int want = 1; want <= total; ++want) {
     const int per = (total + want - 1) / want;
     const int splits = (total + per - 1) / per;
-    if (splits != want) continue;                           // same as a smaller count
-    if (splits > 1 && base * splits > 4 * sms) continue;    // bounds the partials' workspace
+    if (splits != want) continue;                         // same as a smaller count
+    if (splits > 1 && base * splits > 4 * sms) continue;  // bounds the partials' workspace
     if (p.max_splits > 0 && splits > p.max_splits) continue;
     const int64_t waves = (base * splits + sms - 1) / sms;
     double cost = static_cast<double>(waves) * (per + tl.cta_cost) * tl.chunk_cost;
     if (splits > 1)
-      cost += static_cast<double>(waves) * partial_store_cost(tl) + combine_cost(tokens * p.num_heads, splits);
+      cost += static_cast<double>(waves) * partial_store_cost(tl) +
+              combine_cost(tokens * p.num_heads, splits);
     const split_plan candidate{splits, per, cost, splits >= p.min_splits};
     if (candidate.better_than(best)) best = candidate;
   }
@@ -62,7 +63,8 @@ tiling choose_tiling(const run_planner& p, int64_t tokens, bool sm90_ok, split_p
   const tiling* pick = &wide;
   *splits = choose_splits(p, wide, tokens);
   const bool small_ok = sm90_ok && p.force_sm90_narrow >= 0;
-  const tiling* others[3] = {&p.narrow, small_ok ? &p.sm90_narrow[0] : nullptr, small_ok ? &p.sm90_narrow[1] : nullptr};
+  const tiling* others[3] = {&p.narrow, small_ok ? &p.sm90_narrow[0] : nullptr,
+                             small_ok ? &p.sm90_narrow[1] : nullptr};
   for (const tiling* other : others) {
     if (other == nullptr || other->head_tiles == 0 || other->forced_only) continue;
     const split_plan s = choose_splits(p, *other, tokens);
@@ -85,24 +87,29 @@ size_t max_partial_rows(const run_planner& p, int64_t max_tokens) {
     for (int sm90_ok = 0; sm90_ok < 2; ++sm90_ok) {
       split_plan s;
       choose_tiling(p, t, sm90_ok != 0, &s);
-      if (s.splits > 1) rows = std::max(rows, static_cast<size_t>(t) * static_cast<size_t>(s.splits));
+      if (s.splits > 1)
+        rows = std::max(rows, static_cast<size_t>(t) * static_cast<size_t>(s.splits));
     }
   }
   return rows;
 }
 
 bool order_tokens(const run_planner& p, const tiling& tl, int64_t tokens, int splits, bool uneven) {
-  if (!tl.sm90 || tl.persistent_forced || p.order < 0 || !uneven || splits != 1 || p.total_chunks > kOrderMaxChunks)
+  if (!tl.sm90 || tl.persistent_forced || p.order < 0 || !uneven || splits != 1 ||
+      p.total_chunks > kOrderMaxChunks)
     return false;
   if (p.order > 0) return true;
   // CTAs (pairs count as two) the device holds at once.
   const int held = tl.head_groups == 2 ? tl.resident[1] : tl.resident[0];
-  const int64_t slots = held > 0 ? held : static_cast<int64_t>(std::max(1, p.sm_count)) * tl.ctas_per_sm;
+  const int64_t slots =
+      held > 0 ? held : static_cast<int64_t>(std::max(1, p.sm_count)) * tl.ctas_per_sm;
   return tokens * tl.head_groups > slots;
 }
 
 namespace {
-int groups(int num_heads, int heads_per_cta) { return (num_heads + heads_per_cta - 1) / heads_per_cta; }
+int groups(int num_heads, int heads_per_cta) {
+  return (num_heads + heads_per_cta - 1) / heads_per_cta;
+}
 }  // namespace
 
 int mma_head_tiles(int num_heads) {
@@ -114,7 +121,8 @@ tiling mma_tiles(int head_tiles, int num_heads, bool narrow) {
   tiling t;
   t.head_tiles = head_tiles;
   t.head_groups = groups(num_heads, head_tiles * kMmaRows);
-  if (narrow) t.chunk_cost = 0.8;  // CONFIG1 shapes: 73.3 us (32 heads) vs 91.5 us (64 heads), 10 chunks
+  if (narrow)
+    t.chunk_cost = 0.8;  // CONFIG1 shapes: 73.3 us (32 heads) vs 91.5 us (64 heads), 10 chunks
   return t;
 }
 
@@ -124,7 +132,8 @@ tiling wgmma_tiles(int num_heads, uint32_t layout) {
   t.head_groups = groups(num_heads, kSm90Heads);
   t.sm90 = true;
   // Per-chunk time relative to the mma.sync 64-head tile (CONFIG1 b=64: FP8 69.5 vs 88.3 us, bf16
-  // 49.5 vs 81.1 us; pairs count as two CTAs, as the mma.sync kernel's two head groups do). CTA pairs
+  // 49.5 vs 81.1 us; pairs count as two CTAs, as the mma.sync kernel's two head groups do). CTA
+  // pairs
   // (> 64 heads) share each FP8 chunk's conversion: CONFIG2 b=32 (128 pairs' CTAs of 18 chunks, one
   // wave) takes 69.1 us, 0.62 a chunk (round 42).
   t.chunk_cost = layout == DSV4_KV_LAYOUT_BF16 ? 0.6 : num_heads > kSm90Heads ? 0.62 : 0.78;
@@ -146,17 +155,17 @@ tiling small_tiles(int tile_rows, int num_heads, uint32_t layout, bool narrow_of
     t.chunk_cost = 0.45;
     t.cta_cost = 1.5;
   } else if (tile_rows == kMmaRows) {
-    // 16-head tiles of a wider plan. FP8: a CTA's start is ~6 us (2.1 chunks; round 42). bf16 rows are
-    // copied, not converted; their tiles keep the start fitted at b = 2 in round 7 (bf16 CONFIG1 b=2
-    // 18.0 -> 15.0 us against the wgmma kernel).
+    // 16-head tiles of a wider plan. FP8: a CTA's start is ~6 us (2.1 chunks; round 42). bf16 rows
+    // are copied, not converted; their tiles keep the start fitted at b = 2 in round 7 (bf16
+    // CONFIG1 b=2 18.0 -> 15.0 us against the wgmma kernel).
     t.chunk_cost = 0.52;
     t.cta_cost = bf16 ? 0.5 : 2.1;
   } else {
-    // 32-head tiles of a wider plan (round 42): ~2.8 us a chunk (0.52), ~2.6 us (0.47) where three or
-    // four head groups gather the same rows and find them in the L2; a start of ~6 us. CONFIG4 b=2
-    // 20.3 -> 19.6 us (6 splits), CONFIG1 b=32 45.3 -> 36.2 (one split). They gain nothing on bf16
-    // caches (bf16 CONFIG1 / CONFIG2 b=2: 14.6 / 18.6 us against 13.8 / 17.7 on the other tilings),
-    // which take them only when DSV4_CUDA_KERNEL=small32 asks.
+    // 32-head tiles of a wider plan (round 42): ~2.8 us a chunk (0.52), ~2.6 us (0.47) where three
+    // or four head groups gather the same rows and find them in the L2; a start of ~6 us. CONFIG4
+    // b=2 20.3 -> 19.6 us (6 splits), CONFIG1 b=32 45.3 -> 36.2 (one split). They gain nothing on
+    // bf16 caches (bf16 CONFIG1 / CONFIG2 b=2: 14.6 / 18.6 us against 13.8 / 17.7 on the other
+    // tilings), which take them only when DSV4_CUDA_KERNEL=small32 asks.
     t.chunk_cost = num_heads > 4 * kMmaRows ? 0.47 : 0.52;
     t.cta_cost = 2.1;
     t.forced_only = bf16;
@@ -166,20 +175,23 @@ tiling small_tiles(int tile_rows, int num_heads, uint32_t layout, bool narrow_of
 
 // Persistent small-head CTAs pay at four waves of work items but not at two (H200, 8 heads: b=256,
 // 3.9 waves, 103.2 -> 99.8 us; b=128, 1.9 waves, 54.2 -> 56.0 us: there the item changes cost more
-// than the CTA starts they save); they are taken from three waves on, for 16-head tiles only: 32-head
-// tiles, whose item change loads Q and whose persistent form spilled, were 10 % slower at b=256
-// (137.0 -> 150.3 us).
+// than the CTA starts they save); they are taken from three waves on, for 16-head tiles only:
+// 32-head tiles, whose item change loads Q and whose persistent form spilled, were 10 % slower at
+// b=256 (137.0 -> 150.3 us).
 constexpr int64_t kSmallPersistentWaves = 3;
 bool attention_sm90_small_persistent(const attention_params& p) {
   const int64_t items = item_count(p);
   const int64_t resident = p.resident_ctas[0];
-  if (!small_persistent_applies(p.head_tiles, p.cache[0].layout) || p.small_staged == 0 || p.num_splits != 1 ||
-      resident <= 0)
+  if (!small_persistent_applies(p.head_tiles, p.cache[0].layout) || p.small_staged == 0 ||
+      p.num_splits != 1 || resident <= 0)
     return false;
-  return p.persistent_forced != 0 ? items > resident : uniform_items(p) && items >= kSmallPersistentWaves * resident;
+  return p.persistent_forced != 0 ? items > resident
+                                  : uniform_items(p) && items >= kSmallPersistentWaves * resident;
 }
 
-const char* tiling_kernel(const tiling& tl) { return tl.sm90 ? "wgmma" : tl.sm90_small ? "sm90-mma" : "mma"; }
+const char* tiling_kernel(const tiling& tl) {
+  return tl.sm90 ? "wgmma" : tl.sm90_small ? "sm90-mma" : "mma";
+}
 int tiling_heads(const tiling& tl) {
   return tl.sm90 ? kSm90Heads : tl.small_heads8 ? kMmaRows / 2 : tl.head_tiles * kMmaRows;
 }

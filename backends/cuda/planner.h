@@ -1,7 +1,7 @@
 // The CUDA module's run planner: which head tiling and how many key splits a run of T tokens takes,
 // by a cost model fitted on an H200 (docs/performance.md). Plain C++ without CUDA calls: module.cpp
-// fills the tilings from the device at plan creation, and tests/cuda/test_cuda_planner.cpp checks the
-// choices and the partials' workspace bound without a GPU.
+// fills the tilings from the device at plan creation, and tests/cuda/test_cuda_planner.cpp checks
+// the choices and the partials' workspace bound without a GPU.
 #pragma once
 
 #include <stddef.h>
@@ -13,19 +13,19 @@ namespace cuda {
 // One head tiling of a plan: heads per CTA, what it costs in shared memory and residency, and its
 // modelled time.
 struct tiling {
-  int head_tiles = 0;           // 16-head mma tiles per CTA; 0: not available
+  int head_tiles = 0;  // 16-head mma tiles per CTA; 0: not available
   int head_groups = 1;
-  int ctas_per_sm = 1;          // attention CTAs resident per SM
+  int ctas_per_sm = 1;  // attention CTAs resident per SM
   size_t smem_bytes = 0;
-  double chunk_cost = 1.0;      // time of one chunk relative to a 64-head tile (measured on an H200)
-  double cta_cost = 1.5;        // a CTA's fixed time (Q load, first gather, epilogue), in chunks
-  bool sm90 = false;            // the Hopper wgmma kernel (attention_sm90.cu)
-  int resident[2] = {0, 0};     // its resident CTAs, single / pairs (0: no persistent CTAs)
+  double chunk_cost = 1.0;   // time of one chunk relative to a 64-head tile (measured on an H200)
+  double cta_cost = 1.5;     // a CTA's fixed time (Q load, first gather, epilogue), in chunks
+  bool sm90 = false;         // the Hopper wgmma kernel (attention_sm90.cu)
+  int resident[2] = {0, 0};  // its resident CTAs, single / pairs (0: no persistent CTAs)
   bool persistent_forced = false;  // DSV4_CUDA_PERSISTENT=n: persistent CTAs whatever the lengths
-  bool sm90_small = false;      // the Hopper kernel for 1..32 heads (attention_sm90_small.cu)
-  bool small_staged = false;    // its FP8 rows staged by the bulk-copy engine (small_staged_applies)
-  bool small_heads8 = false;    // its 16-head tile serves 1..8 heads with the 8-head consumer
-  bool forced_only = false;     // runs take it only when DSV4_CUDA_KERNEL names it
+  bool sm90_small = false;         // the Hopper kernel for 1..32 heads (attention_sm90_small.cu)
+  bool small_staged = false;  // its FP8 rows staged by the bulk-copy engine (small_staged_applies)
+  bool small_heads8 = false;  // its 16-head tile serves 1..8 heads with the 8-head consumer
+  bool forced_only = false;   // runs take it only when DSV4_CUDA_KERNEL names it
 };
 
 // The key splits of a run and their modelled time.
@@ -33,9 +33,12 @@ struct split_plan {
   int splits;
   int chunks_per_split;
   double cost;     // in 64-head-tile chunk times
-  bool meets_min;  // splits >= DSV4_CUDA_MIN_SPLITS (a tuning run's floor, where the workspace allows)
+  bool meets_min;  // splits >= DSV4_CUDA_MIN_SPLITS (a tuning run's floor, where the workspace
+                   // allows)
   // Whether this plan is the better one: a tuning run's floor first, then the modelled time.
-  bool better_than(const split_plan& o) const { return meets_min != o.meets_min ? meets_min : cost < o.cost; }
+  bool better_than(const split_plan& o) const {
+    return meets_min != o.meets_min ? meets_min : cost < o.cost;
+  }
 };
 
 // What the choice reads: the device's SMs, the plan's heads, chunks and tilings, the tuning knobs.
@@ -71,8 +74,8 @@ split_plan choose_splits(const run_planner& p, const tiling& tl, int64_t tokens)
 // The tiling a run of `tokens` tokens uses (the one modelled fastest, or the one DSV4_CUDA_KERNEL
 // forces) and its splits; `sm90_ok`: the run may use the Hopper kernels.
 tiling choose_tiling(const run_planner& p, int64_t tokens, bool sm90_ok, split_plan* splits);
-// The most (token, split) rows of partials any run of 1..max_tokens tokens uses, on any tiling: what
-// the plan's workspace holds (a run needing more would fail).
+// The most (token, split) rows of partials any run of 1..max_tokens tokens uses, on any tiling:
+// what the plan's workspace holds (a run needing more would fail).
 size_t max_partial_rows(const run_planner& p, int64_t max_tokens);
 
 // Whether a run of `tokens` tokens on tiling `tl` with `splits` key splits hands its CTAs their
@@ -87,8 +90,8 @@ bool order_tokens(const run_planner& p, const tiling& tl, int64_t tokens, int sp
 // The mma.sync kernel's 16-head tiles per CTA for `num_heads` heads where shared memory allows:
 // up to 4, and 4 for three (the kernel is built for 1, 2 and 4).
 int mma_head_tiles(int num_heads);
-// The mma.sync kernel's tiles of `head_tiles` 16-head tiles: the plan's own (`narrow` false), or the
-// 32-head tiles of a 64-head plan.
+// The mma.sync kernel's tiles of `head_tiles` 16-head tiles: the plan's own (`narrow` false), or
+// the 32-head tiles of a 64-head plan.
 tiling mma_tiles(int head_tiles, int num_heads, bool narrow);
 // The Hopper wgmma kernel's 64-head CTAs (pairs for > 64 heads).
 tiling wgmma_tiles(int num_heads, uint32_t layout);

@@ -22,15 +22,16 @@ namespace dsv4 {
 namespace cuda {
 #if defined(DSV4_SM90_TRACE)
 // Timeline records of both kernel files live in one device buffer (attention_sm90.cu).
-uint32_t* sm90_trace_buffer();            // allocated on first use; nullptr on failure
+uint32_t* sm90_trace_buffer();             // allocated on first use; nullptr on failure
 uint32_t sm90_trace_launch(int64_t ctas);  // notes a launch's CTA count; returns the records kept
 #endif
 namespace {
 
-constexpr int kKeys = 64;                          // list positions per chunk
-constexpr int kAtomBytes = 128;                    // one swizzle row: 64 bf16
-constexpr int kColBytes = 64 * kAtomBytes;         // one 64-dim column of a 64-row operand (8 KB)
-constexpr int kOperandBytes = (kHeadDim / 64) * kColBytes;  // a 64-row Q tile or one K buffer (64 KB)
+constexpr int kKeys = 64;                   // list positions per chunk
+constexpr int kAtomBytes = 128;             // one swizzle row: 64 bf16
+constexpr int kColBytes = 64 * kAtomBytes;  // one 64-dim column of a 64-row operand (8 KB)
+constexpr int kOperandBytes =
+    (kHeadDim / 64) * kColBytes;  // a 64-row Q tile or one K buffer (64 KB)
 // producer_stage's raw FP8 rows, 592 bytes apart (576 data bytes + 16 of padding): 592 % 128 = 80
 // puts the same 16-byte piece of 8 consecutive rows on 8 different bank groups, so each 8-lane
 // phase of a 16-byte shared load is conflict-free (576 apart they would share two).
@@ -53,20 +54,43 @@ struct raw_stage {
 // first thread stamps the SM clock at the steps of every chunk into a per-CTA record, read back by
 // dsv4_cuda_sm90_trace_dump (scripts/gpu/trace_sm90.py summarises it).
 namespace trace {
-constexpr int kHeader = 20;     // smid, start clock, startup / epilogue stamps
-constexpr int kPerChunk = 12;   // stamps per chunk (enum step)
+constexpr int kHeader = 20;    // smid, start clock, startup / epilogue stamps
+constexpr int kPerChunk = 12;  // stamps per chunk (enum step)
 constexpr int kChunks = 48;
 [[maybe_unused]] constexpr int kSlots = kHeader + kPerChunk * kChunks;
 enum step : int {
-  kProdTop, kProdEmpty, kProdData, kProdFull,  // producer: chunk start, buffer free, data in (FP8), handed over
-  kWg0Full, kWg0Qk, kWg0P, kWg0Pv,             // WG0: buffer ready, S done, P published, O done
-  kWg1P, kWg1Pv,                               // WG1: P ready, O done
+  kProdTop,
+  kProdEmpty,
+  kProdData,
+  kProdFull,  // producer: chunk start, buffer free, data in (FP8), handed over
+  kWg0Full,
+  kWg0Qk,
+  kWg0P,
+  kWg0Pv,  // WG0: buffer ready, S done, P published, O done
+  kWg1P,
+  kWg1Pv,  // WG1: P ready, O done
 };
 enum header : int {
-  kSm, kStart, kQReady, kWg0Epi, kWg0End, kWg1End, kProdEnd, kChunksRun,
-  kInit, kQIssued, kEpiBar, kEpiStaged, kGlobalStart, kGlobalEnd,
+  kSm,
+  kStart,
+  kQReady,
+  kWg0Epi,
+  kWg0End,
+  kWg1End,
+  kProdEnd,
+  kChunksRun,
+  kInit,
+  kQIssued,
+  kEpiBar,
+  kEpiStaged,
+  kGlobalStart,
+  kGlobalEnd,
   // FP8 producer: loop entered, first list entry in, slot 0 / 1 loads issued, slot 0's data in.
-  kProdEnter, kProdIdx, kProdIssued0, kProdIssued1, kProdData0,
+  kProdEnter,
+  kProdIdx,
+  kProdIssued0,
+  kProdIssued1,
+  kProdData0,
   kHeaderStamps  // count (scripts/gpu/trace_sm90.py mirrors the order and kHeader)
 };
 static_assert(kHeaderStamps <= kHeader, "every header stamp has a slot");
@@ -84,13 +108,15 @@ __device__ uint32_t g_ctas;
   return t;
 }
 __device__ __forceinline__ uint32_t* record() {
-  return g_buf != nullptr && blockIdx.x < g_ctas ? g_buf + static_cast<size_t>(blockIdx.x) * kSlots : nullptr;
+  return g_buf != nullptr && blockIdx.x < g_ctas ? g_buf + static_cast<size_t>(blockIdx.x) * kSlots
+                                                 : nullptr;
 }
 [[maybe_unused]] __device__ __forceinline__ void header(int slot) {
   if (uint32_t* r = record()) r[slot] = clock32();
 }
 [[maybe_unused]] __device__ __forceinline__ void chunk(int i, int s) {
-  if (uint32_t* r = record(); r != nullptr && i < kChunks) r[kHeader + i * kPerChunk + s] = clock32();
+  if (uint32_t* r = record(); r != nullptr && i < kChunks)
+    r[kHeader + i * kPerChunk + s] = clock32();
 }
 // Waits until `dep` (a loaded value) has arrived: a volatile shared store of it to `scratch`.
 [[maybe_unused]] __device__ __forceinline__ void wait_value(uint32_t dep, uint32_t scratch) {
@@ -132,11 +158,12 @@ template <uint32_t L>
 struct row_format {
   static constexpr bool kBf16 = L == DSV4_KV_LAYOUT_BF16;
   static constexpr bool kV4 = L == DSV4_KV_LAYOUT_FP8_V4_584B;
-  static constexpr int kFp8Groups = kBf16 ? 0 : (kV4 ? kNopeDim : kHeadDim) / 64;  // 64 fp8 bytes each
-  static constexpr int kRopeGroups = kV4 ? 2 * kRopeDim / 64 : 0;                  // 64 bf16 bytes each
-  static constexpr int kRopeUnit0 = kNopeDim / 8;                                  // first rope unit
-  static_assert(kBf16 || (kFp8Groups * 64 + kRopeGroups * 32 == kHeadDim && kV4 == (kRopeGroups > 0) &&
-                          kRopeUnit0 * 8 == kNopeDim),
+  static constexpr int kFp8Groups =
+      kBf16 ? 0 : (kV4 ? kNopeDim : kHeadDim) / 64;                // 64 fp8 bytes each
+  static constexpr int kRopeGroups = kV4 ? 2 * kRopeDim / 64 : 0;  // 64 bf16 bytes each
+  static constexpr int kRopeUnit0 = kNopeDim / 8;                  // first rope unit
+  static_assert(kBf16 || (kFp8Groups * 64 + kRopeGroups * 32 == kHeadDim &&
+                          kV4 == (kRopeGroups > 0) && kRopeUnit0 * 8 == kNopeDim),
                 "an FP8 row is its fp8 groups (64 dims each) and rope groups (32 dims each)");
 };
 
@@ -144,7 +171,8 @@ struct row_format {
 // 64-dim columns of 8 KB, rows of 128 bytes, the unit's position XORed with row % 8 (the
 // hardware's Swizzle<3,4,3> on a 1024-byte aligned base).
 __device__ __forceinline__ uint32_t sw128(int row, int unit) {
-  return static_cast<uint32_t>((unit >> 3) * kColBytes + row * kAtomBytes + (((unit & 7) ^ (row & 7)) << 4));
+  return static_cast<uint32_t>((unit >> 3) * kColBytes + row * kAtomBytes +
+                               (((unit & 7) ^ (row & 7)) << 4));
 }
 
 // wgmma shared-memory descriptor, 128-byte swizzle. K-major operands ignore `lbo`; MN-major ones
@@ -160,11 +188,19 @@ __device__ __forceinline__ uint64_t desc_at(uint32_t lo, uint32_t bytes) {
   return (static_cast<uint64_t>(kDescHi) << 32) | (lo + (bytes >> 4));
 }
 
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait0() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
 // Every committed group but the newest is complete.
-__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait1() {
+  asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
@@ -186,7 +222,8 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // branch there makes ptxas serialise the wgmma).
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t rank, bool pred) {
   asm volatile(
-      "{\n.reg .pred p;\n.reg .b32 ra;\nsetp.ne.b32 p, %2, 0;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+      "{\n.reg .pred p;\n.reg .b32 ra;\nsetp.ne.b32 p, %2, 0;\nmapa.shared::cluster.u32 ra, %0, "
+      "%1;\n"
       "@p mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
       "r"(rank), "r"(static_cast<int>(pred))
       : "memory");
@@ -208,7 +245,8 @@ __device__ __forceinline__ uint32_t cluster_rank() {
   return r;
 }
 __device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
 }
 __device__ __forceinline__ uint32_t map_remote(uint32_t addr, uint32_t rank) {
   uint32_t r;
@@ -218,26 +256,30 @@ __device__ __forceinline__ uint32_t map_remote(uint32_t addr, uint32_t rank) {
 // Asynchronous stores into the peer CTA's shared memory (addresses from map_remote), each counted
 // as bytes of the peer's transaction barrier `bar` (also a peer address): no fence, no waiting.
 __device__ __forceinline__ void st_async16(uint32_t addr, uint4 v, uint32_t bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
-                   addr),
-               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
-               : "memory");
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
+      "[%5];\n" ::"r"(addr),
+      "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
+      : "memory");
 }
 __device__ __forceinline__ void st_async4(uint32_t addr, uint32_t v, uint32_t bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(addr), "r"(v),
-               "r"(bar)
-               : "memory");
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(addr),
+      "r"(v), "r"(bar)
+      : "memory");
 }
 // Arrives on this CTA's `bar` and adds `bytes` to the transaction bytes its phase waits for.
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
 }
 // Tensor-map (TMA) load of the box at coordinates (x, y, z, w) into this CTA's shared memory at
 // `dst`, completing as transaction bytes on `bar`.
-__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int x, int y, int z, int w,
-                                            uint32_t bar) {
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int x, int y,
+                                            int z, int w, uint32_t bar) {
   asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%2, %3, %4, "
       "%5}], [%6];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(w), "r"(bar)
       : "memory");
@@ -245,11 +287,11 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
 // `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory at src into this
 // CTA's shared memory at dst by the bulk-copy engine, completing as transaction bytes on `bar`
 // (which expects them), under the L2 cache policy `policy` (row_l2_policy).
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
-                                          uint64_t policy) {
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes,
+                                          uint32_t bar, uint64_t policy) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
-          dst),
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+      "[%1], %2, [%3], %4;\n" ::"r"(dst),
       "l"(src), "r"(bytes), "r"(bar), "l"(policy)
       : "memory");
 }
@@ -262,7 +304,8 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p) : "memory");
 }
 // The same box into L2 only (no shared memory, no barrier).
-__device__ __forceinline__ void tma_prefetch_4d(const CUtensorMap* map, int x, int y, int z, int w) {
+__device__ __forceinline__ void tma_prefetch_4d(const CUtensorMap* map, int x, int y, int z,
+                                                int w) {
   asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
                    reinterpret_cast<uint64_t>(map)),
                "r"(x), "r"(y), "r"(z), "r"(w)
@@ -285,25 +328,29 @@ __device__ __forceinline__ void set_max_registers_dec() {
 __device__ __forceinline__ uint4 ld_nc16(const uint8_t* p, bool streamed) {
   const uint64_t policy = row_l2_policy(streamed);
   uint4 v;
-  asm volatile("ld.global.nc.L1::evict_last.L2::cache_hint.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p), "l"(policy));
+  asm volatile(
+      "ld.global.nc.L1::evict_last.L2::cache_hint.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "l"(policy));
   return v;
 }
 
-// Four 8x8 b16 matrices from mma-fragment registers (r[m]: row lane / 4, columns 2 (lane % 4) + {0, 1}
-// of matrix m), stored transposed: row c of matrix m (its column c, 16 bytes) at the address lane
-// 8 m + c gives.
+// Four 8x8 b16 matrices from mma-fragment registers (r[m]: row lane / 4, columns 2 (lane % 4) + {0,
+// 1} of matrix m), stored transposed: row c of matrix m (its column c, 16 bytes) at the address
+// lane 8 m + c gives.
 __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
-               "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+      "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+      : "memory");
 }
 
 // 16 bytes of shared memory (producer_stage's raw rows).
 __device__ __forceinline__ uint4 lds16(uint32_t addr) {
   uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
   return v;
 }
 
@@ -328,9 +375,10 @@ struct chunk_walk {
 // chunk and the 16-byte piece q = l >> 3 of each
 // 64-byte group of those rows. One producer warpgroup per chunk: k < 2, row_base 0; the chunk
 // split in halves (kHalf: the two producers of a CTA pair, or the two producer warpgroups of the
-// small-head kernel): k = 0, row_base = 32 half. A warp instruction reads 8 rows x 64 contiguous bytes; its 16-byte
-// shared stores fall 4 per bank group of the 128B swizzle (conflict-free); every load of a thread's
-// rows is in flight at once (one memory round trip per chunk, none spent on shuffles).
+// small-head kernel): k = 0, row_base = 32 half. A warp instruction reads 8 rows x 64 contiguous
+// bytes; its 16-byte shared stores fall 4 per bank group of the 128B swizzle (conflict-free); every
+// load of a thread's rows is in flight at once (one memory round trip per chunk, none spent on
+// shuffles).
 
 // One thread's share of one FP8 row: 16 fp8 bytes of each group, 16 rope bytes of each rope group,
 // the row's 8 UE8M0 bytes (584 B layout; the per-tensor layout has scale 1, applied to the logits).
@@ -349,8 +397,8 @@ __device__ __forceinline__ uint2 ld_nc8(const uint8_t* p) {
 
 // An invalid row (src nullptr) becomes zeros with scale 1, which convert to bf16 zeros.
 template <uint32_t L>
-__device__ __forceinline__ void load_share(row_share<L>& r, const uint8_t* src, const uint8_t* sc, int q,
-                                           bool streamed) {
+__device__ __forceinline__ void load_share(row_share<L>& r, const uint8_t* src, const uint8_t* sc,
+                                           int q, bool streamed) {
   using F = row_format<L>;
   if (src == nullptr) {
 #pragma unroll
@@ -363,7 +411,8 @@ __device__ __forceinline__ void load_share(row_share<L>& r, const uint8_t* src, 
 #pragma unroll
   for (int g = 0; g < F::kFp8Groups; ++g) r.fp8[g] = ld_nc16(src + 64 * g + 16 * q, streamed);
 #pragma unroll
-  for (int g = 0; g < F::kRopeGroups; ++g) r.rope[g] = ld_nc16(src + kNopeDim + 64 * g + 16 * q, streamed);
+  for (int g = 0; g < F::kRopeGroups; ++g)
+    r.rope[g] = ld_nc16(src + kNopeDim + 64 * g + 16 * q, streamed);
   if constexpr (F::kV4) r.scales = ld_nc8(sc);
 }
 
@@ -378,7 +427,8 @@ struct chunk_dst {
 // `to_peer` is false: a unit redone later by fix_groups reaches the peer once, as its barrier
 // counts bytes).
 template <int CLUSTER>
-__device__ __forceinline__ void put_unit(const chunk_dst& d, uint32_t off, uint4 v, bool to_peer = true) {
+__device__ __forceinline__ void put_unit(const chunk_dst& d, uint32_t off, uint4 v,
+                                         bool to_peer = true) {
   *reinterpret_cast<uint4*>(d.local + off) = v;
   if constexpr (CLUSTER > 1) {
     if (to_peer) st_async16(d.remote + off, v, d.remote_bar);
@@ -415,7 +465,8 @@ __device__ __forceinline__ uint32_t group_scale(uint2 scales, int g) {
 // kernel small (and free of calls, which would cost the consumers their register budgets).
 // kRope: also the rope groups (false: they reach the buffer by other means).
 template <uint32_t L, int CLUSTER, bool kRope = true>
-__device__ __forceinline__ uint32_t store_share(const row_share<L>& r, const row_slots& slot, const chunk_dst& d) {
+__device__ __forceinline__ uint32_t store_share(const row_share<L>& r, const row_slots& slot,
+                                                const chunk_dst& d) {
   using F = row_format<L>;
   uint32_t inexact = 0;
 #pragma unroll
@@ -425,12 +476,15 @@ __device__ __forceinline__ uint32_t store_share(const row_share<L>& r, const row
     const uint32_t words[4] = {w.x, w.y, w.z, w.w};
     const bool exact = pow2_fast_is_exact<4>(words, e);
     inexact |= exact ? 0u : 1u << g;
-    put_unit<CLUSTER>(d, g * kColBytes + slot.pair[0], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.x, w.y), e), exact);
-    put_unit<CLUSTER>(d, g * kColBytes + slot.pair[1], fp8x8_to_bf16x8_pow2_fast(make_uint2(w.z, w.w), e), exact);
+    put_unit<CLUSTER>(d, g * kColBytes + slot.pair[0],
+                      fp8x8_to_bf16x8_pow2_fast(make_uint2(w.x, w.y), e), exact);
+    put_unit<CLUSTER>(d, g * kColBytes + slot.pair[1],
+                      fp8x8_to_bf16x8_pow2_fast(make_uint2(w.z, w.w), e), exact);
   }
   if constexpr (kRope) {
 #pragma unroll
-    for (int g = 0; g < F::kRopeGroups; ++g) put_unit<CLUSTER>(d, F::kRopeUnit0 / 8 * kColBytes + slot.quad[g], r.rope[g]);
+    for (int g = 0; g < F::kRopeGroups; ++g)
+      put_unit<CLUSTER>(d, F::kRopeUnit0 / 8 * kColBytes + slot.quad[g], r.rope[g]);
   }
   return inexact;
 }
@@ -438,8 +492,8 @@ __device__ __forceinline__ uint32_t store_share(const row_share<L>& r, const row
 // Rewrites the `inexact` groups of a thread's share of a row through fp32, reloading each group's
 // 16 bytes with load(g) (from the row in global memory, or from its staged copy).
 template <uint32_t L, int CLUSTER, class Load>
-__device__ __forceinline__ void fix_groups(uint32_t inexact, Load&& load, uint2 scales, const row_slots& slot,
-                                           const chunk_dst& d) {
+__device__ __forceinline__ void fix_groups(uint32_t inexact, Load&& load, uint2 scales,
+                                           const row_slots& slot, const chunk_dst& d) {
 #pragma unroll 1
   for (; inexact != 0u; inexact &= inexact - 1u) {
     const int g = __ffs(inexact) - 1;
@@ -459,8 +513,8 @@ __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
 // Resolves list entry `idx` (a slot of list li's cache, layout L) to its row and scale pointers;
 // nullptr when the candidate is not valid (spec 2.3).
 template <uint32_t L>
-__device__ __forceinline__ void resolve_index(const attention_params& p, int li, int32_t idx, const uint8_t** src,
-                                              const uint8_t** sc) {
+__device__ __forceinline__ void resolve_index(const attention_params& p, int li, int32_t idx,
+                                              const uint8_t** src, const uint8_t** sc) {
   *src = nullptr;
   *sc = nullptr;
   const dsv4_mod_cache& cache = p.cache[li];
@@ -490,7 +544,8 @@ struct token_lists {
 };
 __device__ __forceinline__ token_lists token_lists_of(const attention_params& p, int64_t t) {
   auto row = [&](const dsv4_mod_index_list& l) {
-    return l.indices != nullptr ? list_row_of(l, t, p.seq_q) : list_row{nullptr, 0};  // absent: never read
+    return l.indices != nullptr ? list_row_of(l, t, p.seq_q)
+                                : list_row{nullptr, 0};  // absent: never read
   };
   return token_lists{row(p.list[0]), row(p.list[1])};
 }
@@ -498,8 +553,9 @@ __device__ __forceinline__ token_lists token_lists_of(const attention_params& p,
 // The list entries of chunk c at this thread's rows (-1 past the candidate count); Entries:
 // entry_per_call or token_lists.
 template <int N, class Entries>
-__device__ __forceinline__ void load_chunk_indices(const chunk_walk& walk, int c, const Entries& entries,
-                                                   const int* rows, int32_t* idx) {
+__device__ __forceinline__ void load_chunk_indices(const chunk_walk& walk, int c,
+                                                   const Entries& entries, const int* rows,
+                                                   int32_t* idx) {
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     idx[k] = -1;
@@ -520,8 +576,9 @@ struct first_jobs {
   int row[2];
   int32_t idx[2];
 };
-__device__ __forceinline__ first_jobs speculate_first(const attention_params& p, int64_t t, int c_begin, int c_end,
-                                                      const int* rows, bool alternate_chunks) {
+__device__ __forceinline__ first_jobs speculate_first(const attention_params& p, int64_t t,
+                                                      int c_begin, int c_end, const int* rows,
+                                                      bool alternate_chunks) {
   first_jobs f;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
@@ -533,7 +590,8 @@ __device__ __forceinline__ first_jobs speculate_first(const attention_params& p,
     const int li = c < p.chunks[0] ? 0 : 1;
     const int pos = (li == 0 ? c : c - p.chunks[0]) * kKeys + rows[j];
     const dsv4_mod_index_list& l = p.list[li];
-    if (l.indices == nullptr || l.format != DSV4_INDEX_DENSE || p.cache[li].base == nullptr) continue;
+    if (l.indices == nullptr || l.format != DSV4_INDEX_DENSE || p.cache[li].base == nullptr)
+      continue;
     f.c[j] = c;
     if (pos < l.width) f.idx[j] = list_entry(l, t, p.seq_q, pos);
   }
@@ -542,8 +600,8 @@ __device__ __forceinline__ first_jobs speculate_first(const attention_params& p,
 // The list entry of job j (chunk c, this thread's row): the speculated one when it matches,
 // masked by the list's count, else a fresh load.
 template <class Entries>
-__device__ __forceinline__ int32_t first_entry(const chunk_walk& walk, const Entries& entries, const first_jobs& f,
-                                               int j, int c) {
+__device__ __forceinline__ int32_t first_entry(const chunk_walk& walk, const Entries& entries,
+                                               const first_jobs& f, int j, int c) {
   if (c == f.c[j]) {
     const int li = walk.list_of(c);
     return walk.pos0(c) + f.row[j] < walk.count(li) ? f.idx[j] : -1;
@@ -555,28 +613,31 @@ __device__ __forceinline__ int32_t first_entry(const chunk_walk& walk, const Ent
 
 // What every role of one CTA knows.
 struct cta_state {
-  uint8_t* smem;   // 1024-byte aligned base (generic)
-  uint32_t base;   // the same, as a shared-window address
-  int64_t t;       // token
+  uint8_t* smem;  // 1024-byte aligned base (generic)
+  uint32_t base;  // the same, as a shared-window address
+  int64_t t;      // token
   int split;
-  int head0;       // first head of this CTA's group
+  int head0;  // first head of this CTA's group
   int c_begin;
-  uint32_t peer;   // cluster: the other CTA's rank
+  uint32_t peer;                 // cluster: the other CTA's rank
   uint32_t full_bar, empty_bar;  // [b] at + 8b
-  uint32_t remote_bar;           // CTA pairs: [b] at + 8b, the peer's rows of buffer b (transaction bytes)
-  uint32_t q_bar;                // the Q tile's tensor-map loads (transaction bytes)
-  bool q_tma;                    // Q comes by tensor map (WG0 waits on q_bar), else by the consumers
+  uint32_t remote_bar;  // CTA pairs: [b] at + 8b, the peer's rows of buffer b (transaction bytes)
+  uint32_t q_bar;       // the Q tile's tensor-map loads (transaction bytes)
+  bool q_tma;           // Q comes by tensor map (WG0 waits on q_bar), else by the consumers
 };
 
-// List li's candidate count (list_count) into shared memory (threads 0 and 1 of the CTA, for every role).
-__device__ __forceinline__ void store_list_count(const attention_params& p, int64_t t, int li, int32_t* counts) {
+// List li's candidate count (list_count) into shared memory (threads 0 and 1 of the CTA, for every
+// role).
+__device__ __forceinline__ void store_list_count(const attention_params& p, int64_t t, int li,
+                                                 int32_t* counts) {
   counts[li] = list_count(p, t, li);
 }
 
 // One 16-byte unit of a Q row (8 dims at element offset `off` of q) into shared memory at dst:
 // zeros for a padding head, fp8 q converted (its scale is part of the logit scale), bf16 by
 // cp.async when aligned (the caller commits and waits), else element by element.
-__device__ __forceinline__ void load_q_unit(const attention_params& p, uint8_t* dst, int64_t off, bool padding) {
+__device__ __forceinline__ void load_q_unit(const attention_params& p, uint8_t* dst, int64_t off,
+                                            bool padding) {
   if (padding) {
     *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
   } else if (p.q_is_fp8) {
@@ -597,9 +658,10 @@ __device__ __forceinline__ void load_q_unit(const attention_params& p, uint8_t* 
 }
 
 // Work item `item` (one per CTA, or a persistent CTA's item blockIdx.x + k gridDim.x) -> (token,
-// key split, head group of `heads_per_cta` heads), group fastest (the launch order of both kernels).
-// With p.token_order the item's token is taken from it (longest tokens first).
-__device__ __forceinline__ void set_item(cta_state& st, const attention_params& p, int64_t item, int heads_per_cta) {
+// key split, head group of `heads_per_cta` heads), group fastest (the launch order of both
+// kernels). With p.token_order the item's token is taken from it (longest tokens first).
+__device__ __forceinline__ void set_item(cta_state& st, const attention_params& p, int64_t item,
+                                         int heads_per_cta) {
   const int group = static_cast<int>(item % p.head_groups);
   st.split = static_cast<int>((item / p.head_groups) % p.num_splits);
   st.t = item / (static_cast<int64_t>(p.head_groups) * p.num_splits);
@@ -609,11 +671,16 @@ __device__ __forceinline__ void set_item(cta_state& st, const attention_params& 
 }
 
 // Work items of a persistent CTA (a grid smaller than the item count): blockIdx.x, then every
-// gridDim.x-th. cta_item_state: the CTA state st (cta_begin set it to the first item) set to its k-th.
-__device__ __forceinline__ int64_t cta_item(int k) { return blockIdx.x + static_cast<int64_t>(k) * gridDim.x; }
-__device__ __forceinline__ bool cta_has_item(const attention_params& p, int k) { return cta_item(k) < item_count(p); }
-__device__ __forceinline__ cta_state cta_item_state(const attention_params& p, const cta_state& st, int k,
-                                                    int heads_per_cta) {
+// gridDim.x-th. cta_item_state: the CTA state st (cta_begin set it to the first item) set to its
+// k-th.
+__device__ __forceinline__ int64_t cta_item(int k) {
+  return blockIdx.x + static_cast<int64_t>(k) * gridDim.x;
+}
+__device__ __forceinline__ bool cta_has_item(const attention_params& p, int k) {
+  return cta_item(k) < item_count(p);
+}
+__device__ __forceinline__ cta_state cta_item_state(const attention_params& p, const cta_state& st,
+                                                    int k, int heads_per_cta) {
   cta_state s = st;
   set_item(s, p, cta_item(k), heads_per_cta);
   return s;
@@ -622,10 +689,10 @@ __device__ __forceinline__ cta_state cta_item_state(const attention_params& p, c
 __device__ __forceinline__ int split_end(const attention_params& p, const cta_state& st) {
   return min(p.chunks[0] + p.chunks[1], st.c_begin + p.chunks_per_split);
 }
-// The chunk walk of item state st, the CTA's k-th: `counts` holds the first item's list counts, read
-// at the CTA's start (store_list_count); later items read theirs.
-__device__ __forceinline__ chunk_walk item_walk(const attention_params& p, const cta_state& st, int k,
-                                                const int32_t* counts) {
+// The chunk walk of item state st, the CTA's k-th: `counts` holds the first item's list counts,
+// read at the CTA's start (store_list_count); later items read theirs.
+__device__ __forceinline__ chunk_walk item_walk(const attention_params& p, const cta_state& st,
+                                                int k, const int32_t* counts) {
   const int c0 = k == 0 ? counts[0] : list_count(p, st.t, 0);
   const int c1 = k == 0 ? counts[1] : list_count(p, st.t, 1);
   return chunk_walk{p, c0, c1, split_end(p, st)};
@@ -633,8 +700,8 @@ __device__ __forceinline__ chunk_walk item_walk(const attention_params& p, const
 
 // Start of a Hopper CTA: its shared-memory base (1024-byte aligned, as the 128B swizzle needs), the
 // dependent combine launch released early, and its first work item (set_item of blockIdx.x).
-__device__ __forceinline__ void cta_begin(cta_state& st, uint8_t* smem_raw, const attention_params& p,
-                                          int heads_per_cta) {
+__device__ __forceinline__ void cta_begin(cta_state& st, uint8_t* smem_raw,
+                                          const attention_params& p, int heads_per_cta) {
   const uint32_t raw_addr = smem_addr(smem_raw);
   st.smem = smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u);
   st.base = smem_addr(st.smem);
@@ -670,8 +737,9 @@ constexpr uint32_t kPeerBytes = 32u * (kHeadDim * 2 + 4);
 // i0: chunks the CTA ran before this work item (buffer and barrier phases continue from there);
 // returns the chunks of this one.
 template <uint32_t L, class Map, bool kHalf>
-__device__ __forceinline__ int producer_copy(const attention_params& p, const cta_state& st, const chunk_walk& walk,
-                                             const first_jobs& first, int half, int warp, int lane, int i0 = 0) {
+__device__ __forceinline__ int producer_copy(const attention_params& p, const cta_state& st,
+                                             const chunk_walk& walk, const first_jobs& first,
+                                             int half, int warp, int lane, int i0 = 0) {
   constexpr int kTok = kHalf ? 1 : 2;  // rows per chunk and thread
   const int q = lane >> 3;
   int rows[kTok];
@@ -685,7 +753,8 @@ __device__ __forceinline__ int producer_copy(const attention_params& p, const ct
   int32_t idx[kTok];
 #pragma unroll
   for (int k = 0; k < kTok; ++k) idx[k] = first_entry(walk, entry_per_call{p, st.t}, first, k, c);
-  const bool stamp = warp == 0 && lane == 0 && half == 0;  // trace builds only: one producer per CTA
+  const bool stamp =
+      warp == 0 && lane == 0 && half == 0;  // trace builds only: one producer per CTA
   const uint64_t policy = row_l2_policy(p.stream_rows != 0);
   int i = 0;
   for (; c < walk.c_end; ++i) {
@@ -699,7 +768,8 @@ __device__ __forceinline__ int producer_copy(const attention_params& p, const ct
 #pragma unroll
     for (int k = 0; k < kTok; ++k) resolve_index<L>(p, li, idx[k], &src[k], &sc[k]);
     load_chunk_indices<kTok>(walk, c_next, entry_per_call{p, st.t}, rows, idx);
-    mbar_wait(st.empty_bar + 8 * b, parity);  // the buffer (and its flags) of two chunks ago is consumed
+    mbar_wait(st.empty_bar + 8 * b,
+              parity);  // the buffer (and its flags) of two chunks ago is consumed
     if (stamp) trace::chunk(i0 + i, trace::kProdEmpty);
     const uint32_t kaddr = st.base + Map::k + b * kOperandBytes;
     uint32_t* valid = reinterpret_cast<uint32_t*>(st.smem + Map::valid) + b * kKeys;
@@ -710,8 +780,8 @@ __device__ __forceinline__ int producer_copy(const attention_params& p, const ct
 #pragma unroll
       for (int j = 0; j < kHeadDim / 8 / 4; ++j) {
         const int unit = 4 * j + q;  // column j / 2, slot quad[j % 2]
-        cp_async16_zfill(kaddr + (j / 2) * kColBytes + slots[k].quad[j % 2], row_src + (ok ? 16 * unit : 0), ok,
-                         policy);
+        cp_async16_zfill(kaddr + (j / 2) * kColBytes + slots[k].quad[j % 2],
+                         row_src + (ok ? 16 * unit : 0), ok, policy);
       }
       if (q == 0) valid[rows[k]] = ok ? 1u : 0u;
     }
@@ -731,11 +801,11 @@ __device__ __forceinline__ int producer_copy(const attention_params& p, const ct
 // A slot's next job is issued as soon as its data is stored; list entries load one job ahead.
 template <uint32_t L, int CLUSTER>
 struct convert_slot {
-  int c;                    // chunk of the job in the registers (>= walk.c_end: none)
-  int32_t idx_next;         // list entry of the slot's next job
-  const uint8_t* src;       // row (nullptr: invalid candidate)
-  const uint8_t* sc;        // its UE8M0 scales
-  row_share<L> share;       // the row's bytes (this thread's pieces)
+  int c;               // chunk of the job in the registers (>= walk.c_end: none)
+  int32_t idx_next;    // list entry of the slot's next job
+  const uint8_t* src;  // row (nullptr: invalid candidate)
+  const uint8_t* sc;   // its UE8M0 scales
+  row_share<L> share;  // the row's bytes (this thread's pieces)
 };
 
 // CLUSTER 2: a CTA pair (half = the CTA's rank; stores go to both CTAs); kHalf without a cluster:
@@ -743,13 +813,14 @@ struct convert_slot {
 // i0 and the result: as for producer_copy.
 template <uint32_t L, class Map, int CLUSTER, bool kHalf>
 __device__ __forceinline__ int producer_convert(const attention_params& p, const cta_state& st,
-                                                const chunk_walk& walk, const first_jobs& first, int half,
-                                                int warp, int lane, int i0 = 0) {
+                                                const chunk_walk& walk, const first_jobs& first,
+                                                int half, int warp, int lane, int i0 = 0) {
   static_assert(CLUSTER == 1 || kHalf, "a CTA pair splits every chunk");
   constexpr int kTok = kHalf ? 1 : 2;  // rows per chunk and thread
   const int q = lane >> 3;
   const bool leader = warp == 0 && lane == 0;
-  const bool stamp = leader && (CLUSTER > 1 || half == 0);  // trace builds only: one producer per CTA
+  const bool stamp =
+      leader && (CLUSTER > 1 || half == 0);  // trace builds only: one producer per CTA
   int rows[2];
   row_slots slots[2];
 #pragma unroll
@@ -810,8 +881,10 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
     }
     if (kTok == 1 || s == 0) {
       if (stamp) trace::chunk(i, trace::kProdTop);
-      mbar_wait(st.empty_bar + 8 * b, ((i >> 1) & 1) ^ 1);  // the first use of a buffer does not wait
-      // Buffer b's previous phase is complete (its consumers waited for it): expect the peer's rows.
+      mbar_wait(st.empty_bar + 8 * b,
+                ((i >> 1) & 1) ^ 1);  // the first use of a buffer does not wait
+      // Buffer b's previous phase is complete (its consumers waited for it): expect the peer's
+      // rows.
       if (CLUSTER > 1 && leader) mbar_arrive_expect_tx(st.remote_bar + 8 * b, kPeerBytes);
       if (stamp) {
         trace::chunk(i, trace::kProdEmpty);
@@ -822,13 +895,16 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
     const uint32_t ok = j.src != nullptr ? 1u : 0u;
     if (q == 0) {
       valid[rows[s]] = ok;
-      if constexpr (CLUSTER > 1) st_async4(map_remote(smem_addr(valid + rows[s]), st.peer), ok, d.remote_bar);
+      if constexpr (CLUSTER > 1)
+        st_async4(map_remote(smem_addr(valid + rows[s]), st.peer), ok, d.remote_bar);
     }
     const uint32_t inexact = store_share<L, CLUSTER>(j.share, slots[s], d);
     if (inexact != 0u) {
       const uint8_t* src = j.src + 16 * q;
       const bool streamed = p.stream_rows != 0;
-      fix_groups<L, CLUSTER>(inexact, [&](int g) { return ld_nc16(src + 64 * g, streamed); }, j.share.scales, slots[s], d);
+      fix_groups<L, CLUSTER>(
+          inexact, [&](int g) { return ld_nc16(src + 64 * g, streamed); }, j.share.scales, slots[s],
+          d);
     }
     if (kTok == 1 || s == 1) {
       // The tensor cores read the buffers through the async proxy; the peer's copy of this half
@@ -852,9 +928,9 @@ __device__ __forceinline__ int producer_convert(const attention_params& p, const
 }
 
 // The chunks a producer copies, one position at a time: the active chunks of the CTA's work item
-// (walk), or with kPersistent those of its items k = 0, 1, ... in turn, each with its token's lists.
-// Item k + 1's list counts are loaded when item k is entered, so that crossing into it waits on
-// nothing. Only what the positions need is kept (the producers' registers are few).
+// (walk), or with kPersistent those of its items k = 0, 1, ... in turn, each with its token's
+// lists. Item k + 1's list counts are loaded when item k is entered, so that crossing into it waits
+// on nothing. Only what the positions need is kept (the producers' registers are few).
 template <bool kPersistent>
 struct chunk_stream {
   const attention_params& p;
@@ -865,7 +941,11 @@ struct chunk_stream {
   int c;                     // the position: a chunk of item k, or >= c_end past the last
 
   __device__ chunk_stream(const attention_params& p_, const cta_state& st, const chunk_walk& w)
-      : p(p_), count0(w.count0), count1(w.count1), c_end(w.c_end), lists(token_lists_of(p_, st.t)),
+      : p(p_),
+        count0(w.count0),
+        count1(w.count1),
+        c_end(w.c_end),
+        lists(token_lists_of(p_, st.t)),
         c(w.next_active(st.c_begin)) {
     if constexpr (kPersistent) {
       load_next(st);
@@ -874,7 +954,8 @@ struct chunk_stream {
   }
   __device__ chunk_walk walk() const { return chunk_walk{p, count0, count1, c_end}; }
   __device__ bool valid() const { return c < c_end; }
-  // Moves to the next chunk (st: any state of the CTA, for its shared-memory fields); whether there is one.
+  // Moves to the next chunk (st: any state of the CTA, for its shared-memory fields); whether there
+  // is one.
   __device__ bool advance(const cta_state& st) {
     c = walk().next_active(c + 1);
     if constexpr (kPersistent) settle(st);
@@ -909,11 +990,11 @@ struct chunk_stream {
 // shared-memory stage (Map::stage, kRawSlots slots of 8 rows). Lane r < 8 resolves row r, copies
 // its data bytes (completing on the slot's barrier: 8 arrivals and their bytes) and loads its UE8M0
 // bytes into a register (a 16-byte bulk copy of them made the copies twice as many, and the copy
-// engine's issue the producers' bottleneck). The warp then converts from the stage into the K buffer as
-// producer_convert does from registers, and refills the slot with the chunk two ahead. No thread
-// waits on a load, and the copies cost no issue slots: on an H200 the bulk-copy engine gathered
-// 576-byte rows at 15.1 B/cycle/SM against 11.9 for the producers' register map (gather_probe,
-// docs/performance.md round 32).
+// engine's issue the producers' bottleneck). The warp then converts from the stage into the K
+// buffer as producer_convert does from registers, and refills the slot with the chunk two ahead. No
+// thread waits on a load, and the copies cost no issue slots: on an H200 the bulk-copy engine
+// gathered 576-byte rows at 15.1 B/cycle/SM against 11.9 for the producers' register map
+// (gather_probe, docs/performance.md round 32).
 
 // Map::raw (raw_stage) is the stage's geometry. kNopeOnly: the stage holds each row's FP8 bytes
 // only; its rope is copied by cp.async into the K buffer when the row is converted (the copies land
@@ -924,15 +1005,19 @@ struct chunk_stream {
 // kPersistent: the CTA's work items one after another (chunk_stream), so that the next item's rows
 // are copied while this item's last chunks are converted. The result: the chunks converted.
 template <uint32_t L, class Map, bool kPersistent = false>
-__device__ __forceinline__ int producer_stage(const attention_params& p, const cta_state& st, const chunk_walk& walk,
-                                              const first_jobs& first, int half, int warp, int lane) {
+__device__ __forceinline__ int producer_stage(const attention_params& p, const cta_state& st,
+                                              const chunk_walk& walk, const first_jobs& first,
+                                              int half, int warp, int lane) {
   using F = row_format<L>;
   using S = typename Map::raw;
   constexpr bool kNopeOnly = S::kNopeOnly;
   static_assert(!kNopeOnly || F::kV4, "rope by cp.async: the 584 B layout");
   // Bytes staged per row: the data bytes (entry_data_offset(L, 1)), or the FP8 bytes only.
-  constexpr uint32_t kRowBytes = static_cast<uint32_t>(kNopeOnly ? kNopeDim : F::kV4 ? kV4DataBytes : kHeadDim);
-  static_assert(!F::kBf16 && S::kRowBytes >= static_cast<int>(kRowBytes) + 16, "a stage row holds its bytes and padding");
+  constexpr uint32_t kRowBytes = static_cast<uint32_t>(kNopeOnly ? kNopeDim
+                                                       : F::kV4  ? kV4DataBytes
+                                                                 : kHeadDim);
+  static_assert(!F::kBf16 && S::kRowBytes >= static_cast<int>(kRowBytes) + 16,
+                "a stage row holds its bytes and padding");
   const int q = lane >> 3;
   const int r = lane & 7;
   const bool issuer = lane < kRawRowsPerWarp;
@@ -941,7 +1026,8 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
   const uint64_t policy = row_l2_policy(p.stream_rows != 0);
   const int stage_warp = 4 * half + warp;
   const bool stamp = half == 0 && warp == 0 && lane == 0;  // trace builds only
-  const uint32_t stage_row = st.base + Map::stage + stage_warp * kRawSlots * S::kWarpBytes + r * S::kRowBytes;
+  const uint32_t stage_row =
+      st.base + Map::stage + stage_warp * kRawSlots * S::kWarpBytes + r * S::kRowBytes;
   const uint32_t stage_bar = st.base + Map::stage_bars + 8 * kRawSlots * stage_warp;
   // Copies row r of chunk c (list entry idx) into slot s and loads its UE8M0 bytes into `scales`
   // (issuers only; nothing waits on that load before the row is converted); returns whether the row
@@ -962,8 +1048,8 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
     if constexpr (F::kV4) scales = ld_nc8(sc);
     return 1u;
   };
-  // The chunks to copy, in order: the item's (persistent CTAs: every item's); `stream` is at the next
-  // chunk whose list entry is loaded.
+  // The chunks to copy, in order: the item's (persistent CTAs: every item's); `stream` is at the
+  // next chunk whose list entry is loaded.
   chunk_stream<kPersistent> stream(p, st, walk);
   auto entry = [&]() {
     int32_t idx[1] = {-1};
@@ -973,9 +1059,12 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
   // The entries of the first item's first two chunks were speculated at the kernel's start.
   auto entry_first = [&](int j) {
     if (!issuer) return -1;
-    return !kPersistent || stream.k == 0 ? first_entry(stream.walk(), stream.lists, first, j, stream.c) : entry();
+    return !kPersistent || stream.k == 0
+               ? first_entry(stream.walk(), stream.lists, first, j, stream.c)
+               : entry();
   };
-  // Converts chunk i (slot i % 2; lane r holds its row's validity, scales and pointer) into K buffer i % 2.
+  // Converts chunk i (slot i % 2; lane r holds its row's validity, scales and pointer) into K
+  // buffer i % 2.
   auto convert = [&](int i, uint32_t info, uint2 scales, const uint8_t* row_src) {
     const int s = i % kRawSlots;
     const int b = i & 1;
@@ -990,18 +1079,22 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
     if constexpr (kNopeOnly) {
       // The rope units of the row (zeros for an invalid one; cache base: not read) land on the full
       // barrier while the FP8 bytes are converted.
-      const uint8_t* rope = reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(row_src), r));
+      const uint8_t* rope = reinterpret_cast<const uint8_t*>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(row_src), r));
       rope = ok ? rope + kNopeDim + 16 * q : p.cache[0].base;
-      const uint32_t rope_dst = st.base + Map::k + b * kOperandBytes + F::kRopeUnit0 / 8 * kColBytes;
+      const uint32_t rope_dst =
+          st.base + Map::k + b * kOperandBytes + F::kRopeUnit0 / 8 * kColBytes;
 #pragma unroll
-      for (int g = 0; g < F::kRopeGroups; ++g) cp_async16_zfill(rope_dst + slot.quad[g], rope + 64 * g, ok, policy);
+      for (int g = 0; g < F::kRopeGroups; ++g)
+        cp_async16_zfill(rope_dst + slot.quad[g], rope + 64 * g, ok, policy);
       cp_async_arrive(st.full_bar + 8 * b);
     }
     mbar_wait(stage_bar + 8 * s, (i / kRawSlots) & 1);
     if (stamp) trace::chunk(i, trace::kProdData);
     row_share<L> share;
 #pragma unroll
-    for (int g = 0; g < F::kFp8Groups; ++g) share.fp8[g] = ok ? lds16(src + 64 * g) : make_uint4(0, 0, 0, 0);
+    for (int g = 0; g < F::kFp8Groups; ++g)
+      share.fp8[g] = ok ? lds16(src + 64 * g) : make_uint4(0, 0, 0, 0);
     if constexpr (!kNopeOnly) {
 #pragma unroll
       for (int g = 0; g < F::kRopeGroups; ++g)
@@ -1009,12 +1102,15 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
     }
     share.scales = make_uint2(0x7f7f7f7fu, 0x7f7f7f7fu);
     if constexpr (F::kV4) {
-      const uint2 sc = make_uint2(__shfl_sync(0xffffffffu, scales.x, r), __shfl_sync(0xffffffffu, scales.y, r));
+      const uint2 sc =
+          make_uint2(__shfl_sync(0xffffffffu, scales.x, r), __shfl_sync(0xffffffffu, scales.y, r));
       if (ok) share.scales = sc;
     }
     if (q == 0) valid[row] = ok ? 1u : 0u;
     const uint32_t inexact = store_share<L, 1, !kNopeOnly>(share, slot, d);
-    if (inexact != 0u) fix_groups<L, 1>(inexact, [&](int g) { return lds16(src + 64 * g); }, share.scales, slot, d);
+    if (inexact != 0u)
+      fix_groups<L, 1>(
+          inexact, [&](int g) { return lds16(src + 64 * g); }, share.scales, slot, d);
     fence_proxy_async();  // the tensor cores read the buffers through the async proxy
     mbar_arrive(st.full_bar + 8 * b);
     if (stamp) trace::chunk(i, trace::kProdFull);
@@ -1046,7 +1142,8 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
   int32_t idx_issue = c_issue >= 0 ? entry() : -1;
   if (c_issue >= 0) stream.advance(st);
   int32_t idx_ahead = stream.valid() ? entry() : -1;
-  auto step = [&](int i, int s, bool& full, uint32_t& info, uint2& scales, const uint8_t*& row_src) {
+  auto step = [&](int i, int s, bool& full, uint32_t& info, uint2& scales,
+                  const uint8_t*& row_src) {
     convert(i, info, scales, row_src);
     __syncwarp();
     full = c_issue >= 0;
@@ -1083,24 +1180,28 @@ inline cudaLaunchConfig_t cta_grid_config(const attention_params& p, int threads
   return cfg;
 }
 
-// Host: calls f(std::integral_constant<uint32_t, L>{}) for each layout the Hopper kernels serve (one
-// kernel per layout), until one fails.
+// Host: calls f(std::integral_constant<uint32_t, L>{}) for each layout the Hopper kernels serve
+// (one kernel per layout), until one fails.
 template <class F>
 cudaError_t for_each_sm90_layout(F&& f) {
   cudaError_t err = f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_V4_584B>{});
   if (err == cudaSuccess) err = f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_BF16>{});
-  if (err == cudaSuccess) err = f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>{});
+  if (err == cudaSuccess)
+    err = f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>{});
   return err;
 }
 // The same for the one layout `layout` (cudaErrorInvalidValue for a layout they do not serve).
 template <class F>
 cudaError_t with_sm90_layout(uint32_t layout, F&& f) {
   switch (layout) {
-    case DSV4_KV_LAYOUT_FP8_V4_584B: return f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_V4_584B>{});
-    case DSV4_KV_LAYOUT_BF16: return f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_BF16>{});
+    case DSV4_KV_LAYOUT_FP8_V4_584B:
+      return f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_V4_584B>{});
+    case DSV4_KV_LAYOUT_BF16:
+      return f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_BF16>{});
     case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR:
       return f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>{});
-    default: return cudaErrorInvalidValue;
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 

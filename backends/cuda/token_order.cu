@@ -6,8 +6,8 @@
 // the CTAs their tokens longest first makes the dispatch a longest-processing-time schedule: the
 // waves fill with the long tokens and the short ones even out the end. The lengths are device data
 // (paged mode builds them on the device), so one CTA sorts them on the device, before the attention
-// kernel, and the chain stays capturable in a CUDA graph. The sort is stable (ties keep token order,
-// so a request's MTP tokens stay neighbours); results do not depend on the order at all.
+// kernel, and the chain stays capturable in a CUDA graph. The sort is stable (ties keep token
+// order, so a request's MTP tokens stay neighbours); results do not depend on the order at all.
 #include <cuda_runtime.h>
 
 #include "device_common.cuh"
@@ -25,19 +25,22 @@ constexpr int kBuckets = kOrderMaxChunks + 1;
 // walks them); at most kOrderMaxChunks (token_order_launch).
 __device__ __forceinline__ int token_chunks(const attention_params& p, int64_t t) {
   int n = 0;
-  for (int li = 0; li < 2; ++li) n += min(p.chunks[li], (list_count(p, t, li) + kChunkKeys - 1) / kChunkKeys);
+  for (int li = 0; li < 2; ++li)
+    n += min(p.chunks[li], (list_count(p, t, li) + kChunkKeys - 1) / kChunkKeys);
   return n;
 }
 
 // A counting sort by chunks, descending: bucket b's tokens start after every longer token's. Ranks
 // inside a bucket follow token order: a pass of 1024 tokens ranks each among its warp's equal lanes
 // (match_any) and the earlier warps and passes (per-warp bucket counts).
-__global__ void __launch_bounds__(kThreads) token_order_kernel(const attention_params p, int32_t* order) {
+__global__ void __launch_bounds__(kThreads)
+    token_order_kernel(const attention_params p, int32_t* order) {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the attention CTAs may start
 #endif
-  __shared__ int first[kBuckets];          // histogram, then each bucket's first rank
-  __shared__ int before[kWarps][kBuckets];  // this pass: warp w's tokens per bucket, then their first rank
+  __shared__ int first[kBuckets];  // histogram, then each bucket's first rank
+  __shared__ int before[kWarps]
+                       [kBuckets];  // this pass: warp w's tokens per bucket, then their first rank
   const int T = p.num_tokens;
   const int tid = threadIdx.x;
   const int lane = tid % 32;

@@ -4,9 +4,10 @@
  *
  * Negotiation (Vulkan-loader semantics, versions packed major << 16 | minor):
  *   the host writes the newest module ABI it speaks into *inout_abi_version; the module writes back
- *   min(host, module) and returns DSV4_STATUS_OK, or returns DSV4_STATUS_ABI_MISMATCH when the majors
- *   differ. The host rejects a module whose answer has another major or whose iface->struct_size is
- *   smaller than the 1.0 table. The host never reads a slot past iface->struct_size.
+ *   min(host, module) and returns DSV4_STATUS_OK, or returns DSV4_STATUS_ABI_MISMATCH when the
+ * majors differ. The host rejects a module whose answer has another major or whose
+ * iface->struct_size is smaller than the 1.0 table. The host never reads a slot past
+ * iface->struct_size.
  *
  * Everything the host passes has been validated against the public API: pointers are resolved
  * (byte_offset applied), shapes checked against the plan, strides converted to elements of the
@@ -28,15 +29,16 @@ extern "C" {
 #define DSV4_MODULE_ENTRY_SYMBOL "dsv4_backend_entry"
 
 #if defined(_WIN32)
-#  define DSV4_MODULE_EXPORT __declspec(dllexport)
+#define DSV4_MODULE_EXPORT __declspec(dllexport)
 #else
-#  define DSV4_MODULE_EXPORT __attribute__((visibility("default")))
+#define DSV4_MODULE_EXPORT __attribute__((visibility("default")))
 #endif
 
-/* ------------------------------------ host -> module ------------------------------------------- */
+/* ------------------------------------ host -> module -------------------------------------------
+ */
 typedef struct dsv4_host_services {
-  uint32_t struct_size;       /**< sizeof as the host built it; modules never read past it */
-  uint32_t host_abi_version;  /**< DSV4_MODULE_ABI_VERSION of the host */
+  uint32_t struct_size;      /**< sizeof as the host built it; modules never read past it */
+  uint32_t host_abi_version; /**< DSV4_MODULE_ABI_VERSION of the host */
   /** Emits one log line (no newline) if `level` passes the host's log level. Thread-safe. */
   void (*log)(int32_t level, const char* module_name, const char* message);
   /** Sets the calling thread's dsv4_last_error_message(). */
@@ -46,11 +48,12 @@ typedef struct dsv4_host_services {
   /* End of module ABI 1.0 host services — append only below. */
 } dsv4_host_services;
 
-/* ------------------------------------ normalised views ----------------------------------------- */
+/* ------------------------------------ normalised views -----------------------------------------
+ */
 /** A per-token, per-head tensor view (q, out, lse, max_logits). Token t = b*seq_q + s. Element
  *  (t, h, d) lives at data + b*stride_b + s*stride_s + h*stride_h + d (elements of its dtype). */
 typedef struct dsv4_mod_token_view {
-  void* data;                 /**< NULL when the tensor was not given */
+  void* data; /**< NULL when the tensor was not given */
   int64_t stride_b;
   int64_t stride_s;
   int64_t stride_h;
@@ -58,27 +61,27 @@ typedef struct dsv4_mod_token_view {
 
 /** One KV cache: slot s lives in block s / block_size at entry s % block_size. */
 typedef struct dsv4_mod_cache {
-  uint8_t* base;              /**< block 0 (NULL when absent) */
-  uint32_t layout;            /**< DSV4_KV_LAYOUT_* */
+  uint8_t* base;   /**< block 0 (NULL when absent) */
+  uint32_t layout; /**< DSV4_KV_LAYOUT_* */
   int32_t block_size;
   int64_t block_stride_bytes;
-  int64_t num_blocks;         /**< capacity = num_blocks * block_size slots */
-  float kv_scale;             /**< per-tensor FP8 layout only */
+  int64_t num_blocks; /**< capacity = num_blocks * block_size slots */
+  float kv_scale;     /**< per-tensor FP8 layout only */
   uint32_t reserved;
 } dsv4_mod_cache;
 
 /** One explicit candidate list per token (dense or CSR), see backends/common/index.h. */
 typedef struct dsv4_mod_index_list {
-  const int32_t* indices;     /**< NULL when the list is absent */
-  uint32_t format;            /**< DSV4_INDEX_DENSE / DSV4_INDEX_CSR */
-  int32_t width;              /**< dense: entries per row; CSR: plan's max per row */
-  int64_t stride_b;           /**< dense: row of token t starts at b*stride_b + s*stride_s */
+  const int32_t* indices; /**< NULL when the list is absent */
+  uint32_t format;        /**< DSV4_INDEX_DENSE / DSV4_INDEX_CSR */
+  int32_t width;          /**< dense: entries per row; CSR: plan's max per row */
+  int64_t stride_b;       /**< dense: row of token t starts at b*stride_b + s*stride_s */
   int64_t stride_s;
-  int64_t stride_k;           /**< dense: element stride inside a row */
-  const int32_t* indptr;      /**< CSR: row t = indices[indptr[t] .. indptr[t+1]) */
-  int64_t num_entries;        /**< CSR: length of the flat indices array (bounds indptr values) */
-  const int32_t* lengths;     /**< optional cap: entry i counts only if i < length(t) */
-  int64_t len_stride_b;       /**< length(t) = lengths[b*len_stride_b + s*len_stride_s] */
+  int64_t stride_k;       /**< dense: element stride inside a row */
+  const int32_t* indptr;  /**< CSR: row t = indices[indptr[t] .. indptr[t+1]) */
+  int64_t num_entries;    /**< CSR: length of the flat indices array (bounds indptr values) */
+  const int32_t* lengths; /**< optional cap: entry i counts only if i < length(t) */
+  int64_t len_stride_b;   /**< length(t) = lengths[b*len_stride_b + s*len_stride_s] */
   int64_t len_stride_s;
 } dsv4_mod_index_list;
 
@@ -86,34 +89,34 @@ typedef struct dsv4_mod_index_list {
 typedef struct dsv4_mod_paged_batch {
   int32_t num_reqs;
   int32_t reserved;
-  const int32_t* query_start_loc;   /**< [num_reqs + 1] */
-  const int32_t* seq_lens;          /**< [num_reqs] */
-  const int32_t* swa_block_table;   /**< [num_reqs, swa_bt_cols] with row stride swa_bt_stride */
+  const int32_t* query_start_loc; /**< [num_reqs + 1] */
+  const int32_t* seq_lens;        /**< [num_reqs] */
+  const int32_t* swa_block_table; /**< [num_reqs, swa_bt_cols] with row stride swa_bt_stride */
   int64_t swa_bt_stride;
   int32_t swa_bt_cols;
   int32_t cmp_bt_cols;
-  const int32_t* cmp_block_table;   /**< NULL for SWA-only layers */
+  const int32_t* cmp_block_table; /**< NULL for SWA-only layers */
   int64_t cmp_bt_stride;
-  const int32_t* slot_mapping;      /**< [num_tokens]; < 0 = padding token */
-  const int32_t* topk_indices;      /**< C4A: [num_tokens, index_topk] request-local, row stride */
+  const int32_t* slot_mapping; /**< [num_tokens]; < 0 = padding token */
+  const int32_t* topk_indices; /**< C4A: [num_tokens, index_topk] request-local, row stride */
   int64_t topk_stride;
 } dsv4_mod_paged_batch;
 
 typedef struct dsv4_mod_run {
   uint32_t struct_size;
-  uint32_t mode;                    /**< DSV4_MODE_* (same as the plan) */
-  int32_t num_tokens;               /**< T */
-  int32_t seq_q;                    /**< S (1 for 3-D q) */
-  dsv4_mod_token_view q;            /**< dtype per plan (bf16 / e4m3) */
-  dsv4_mod_token_view out;          /**< bf16 */
-  dsv4_mod_token_view lse;          /**< fp32, data NULL if not requested */
-  dsv4_mod_token_view max_logits;   /**< fp32, data NULL if not requested */
+  uint32_t mode;                  /**< DSV4_MODE_* (same as the plan) */
+  int32_t num_tokens;             /**< T */
+  int32_t seq_q;                  /**< S (1 for 3-D q) */
+  dsv4_mod_token_view q;          /**< dtype per plan (bf16 / e4m3) */
+  dsv4_mod_token_view out;        /**< bf16 */
+  dsv4_mod_token_view lse;        /**< fp32, data NULL if not requested */
+  dsv4_mod_token_view max_logits; /**< fp32, data NULL if not requested */
   dsv4_mod_cache swa_cache;
-  dsv4_mod_cache extra_cache;       /**< base NULL when absent */
-  const float* attn_sink;           /**< [H] or NULL */
-  dsv4_mod_index_list main_list;    /**< explicit mode */
-  dsv4_mod_index_list extra_list;   /**< explicit mode (indices NULL when absent) */
-  dsv4_mod_paged_batch paged;       /**< paged mode */
+  dsv4_mod_cache extra_cache;     /**< base NULL when absent */
+  const float* attn_sink;         /**< [H] or NULL */
+  dsv4_mod_index_list main_list;  /**< explicit mode */
+  dsv4_mod_index_list extra_list; /**< explicit mode (indices NULL when absent) */
+  dsv4_mod_paged_batch paged;     /**< paged mode */
   void* workspace;
   size_t workspace_bytes;
   void* stream;
@@ -121,34 +124,35 @@ typedef struct dsv4_mod_run {
 
 typedef struct dsv4_mod_kv_write {
   uint32_t struct_size;
-  int32_t dim;                      /**< values per row (512, 576 for V3.2) */
+  int32_t dim; /**< values per row (512, 576 for V3.2) */
   dsv4_mod_cache cache;
   int64_t num_rows;
-  const void* values;               /**< row r at values + r*values_row_stride elements */
+  const void* values; /**< row r at values + r*values_row_stride elements */
   int64_t values_row_stride;
-  int32_t values_is_bf16;           /**< 1 = bf16, 0 = fp32 */
+  int32_t values_is_bf16; /**< 1 = bf16, 0 = fp32 */
   int32_t reserved;
-  const int32_t* slots;             /**< [num_rows]; < 0 skipped */
+  const int32_t* slots; /**< [num_rows]; < 0 skipped */
   void* stream;
 } dsv4_mod_kv_write;
 
 typedef struct dsv4_mod_ctx_config {
   uint32_t struct_size;
   int32_t device_id;
-  int32_t num_threads;              /**< resolved by the host (options, DSV4_CPU_THREADS); 0 = module default */
+  int32_t num_threads; /**< resolved by the host (options, DSV4_CPU_THREADS); 0 = module default */
   int32_t reserved;
 } dsv4_mod_ctx_config;
 
 /** Index-export request; defined in dsv4_backend_export.h (paged mode). */
 struct dsv4_mod_export;
 
-/* ------------------------------------ module -> host ------------------------------------------- */
+/* ------------------------------------ module -> host -------------------------------------------
+ */
 typedef struct dsv4_backend_iface {
-  uint32_t struct_size;             /**< sizeof the module's table; the host never reads past it */
-  uint32_t abi_version;             /**< the module's own newest ABI */
-  const char* name;                 /**< "cpu", "cuda" — selection name, static storage */
-  const char* module_version;       /**< free text, static storage */
-  int32_t device_type;              /**< DSV4_DEVICE_* served */
+  uint32_t struct_size;       /**< sizeof the module's table; the host never reads past it */
+  uint32_t abi_version;       /**< the module's own newest ABI */
+  const char* name;           /**< "cpu", "cuda" — selection name, static storage */
+  const char* module_version; /**< free text, static storage */
+  int32_t device_type;        /**< DSV4_DEVICE_* served */
   int32_t reserved;
   /** Can this module run here? score 0 = no (reason says why: "no CUDA driver"). Never crashes
    *  when the vendor runtime is missing. */

@@ -3,16 +3,16 @@
 // blocks, 16384 keys per scope, sink on) at b = 2..256, the same with 8/16/32 heads and with the
 // bf16 cache, the plain-PyTorch comparison shapes, and sparse prefill (s_q 4096). Each timing:
 // CUDA events around one dsv4 run (list build / attention / combine), L2 flushed before each rep
-// (l2_flush: a memset, as FlashMLA's benchmark does, or a read), warm-up, median of 25. Also measures
-// the device's copy bandwidth and cuBLAS bf16 GEMM rate, and each case's gather floor: the time to
-// read just the cache rows its lists reference (gather_floor), so "xgather" says how far a case is
-// from what no kernel can beat.
-// Usage: [DSV4_BENCH_FLUSH=memset|read|none|tlb] bench_cuda <libdsv4-cuda.so> [filter] (filter: see selected)
+// (l2_flush: a memset, as FlashMLA's benchmark does, or a read), warm-up, median of 25. Also
+// measures the device's copy bandwidth and cuBLAS bf16 GEMM rate, and each case's gather floor: the
+// time to read just the cache rows its lists reference (gather_floor), so "xgather" says how far a
+// case is from what no kernel can beat. Usage: [DSV4_BENCH_FLUSH=memset|read|none|tlb] bench_cuda
+// <libdsv4-cuda.so> [filter] (filter: see selected)
 #include <cublas_v2.h>
 
 #include <algorithm>
-#include <memory>
 #include <cstdlib>
+#include <memory>
 #include <numeric>
 #include <string>
 
@@ -32,11 +32,11 @@ struct bench_case {
   int main_block = 256;
   int topk = 128;
   int extra_block = 64;
-  int extra_topk = 512;          // 0 = no extra list
-  bool extra_lengths = false;    // per-batch-row random extra lengths (CONFIG3/4)
+  int extra_topk = 512;        // 0 = no extra list
+  bool extra_lengths = false;  // per-batch-row random extra lengths (CONFIG3/4)
   int64_t keys_per_scope = 16384;
-  bool prefill = false;          // one scope of keys_per_scope keys shared by all T = seq_q tokens
-  bool small_chunk = false;      // DSV4_CUDA_CHUNK=32 (16-head tiles, 32-key chunks, ~75 KB smem)
+  bool prefill = false;      // one scope of keys_per_scope keys shared by all T = seq_q tokens
+  bool small_chunk = false;  // DSV4_CUDA_CHUNK=32 (16-head tiles, 32-key chunks, ~75 KB smem)
 };
 
 // FNV-1a of a case's name: the seed of its inputs.
@@ -52,9 +52,11 @@ bool selected(const std::string& name, const std::string& filter) {
   size_t from = 0;
   for (;;) {
     const size_t bar = filter.find('|', from);
-    const std::string alt = filter.substr(from, bar == std::string::npos ? std::string::npos : bar - from);
+    const std::string alt =
+        filter.substr(from, bar == std::string::npos ? std::string::npos : bar - from);
     const bool exact = !alt.empty() && alt.back() == '$';
-    if (exact ? name == alt.substr(0, alt.size() - 1) : name.find(alt) != std::string::npos) return true;
+    if (exact ? name == alt.substr(0, alt.size() - 1) : name.find(alt) != std::string::npos)
+      return true;
     if (bar == std::string::npos) return false;
     from = bar + 1;
   }
@@ -113,8 +115,9 @@ ceilings measure_ceilings() {
     const size_t bytes = size_t(2) << 30;
     dbuf a(bytes), b(bytes);
     CUDA_OK(cudaMemset(a.p, 1, bytes));
-    const float ms =
-        median_ms(2, 10, [&] { CUDA_OK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice)); }, nothing);
+    const float ms = median_ms(
+        2, 10, [&] { CUDA_OK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice)); },
+        nothing);
     c.copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
   }
   {
@@ -132,8 +135,9 @@ ceilings measure_ceilings() {
     const float ms = median_ms(
         2, 8,
         [&] {
-          cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.p, CUDA_R_16BF, n, b.p, CUDA_R_16BF, n,
-                       &beta, d.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+          cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.p, CUDA_R_16BF, n, b.p,
+                       CUDA_R_16BF, n, &beta, d.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT);
         },
         nothing);
     cublasDestroy(handle);
@@ -142,8 +146,8 @@ ceilings measure_ceilings() {
   return c;
 }
 
-// A kernel of PTX text, JIT-compiled by the driver (this file is built by the host compiler), run on
-// `blocks` CTAs of 256 threads. Its last parameter is a 4-byte sink it writes only if its reads'
+// A kernel of PTX text, JIT-compiled by the driver (this file is built by the host compiler), run
+// on `blocks` CTAs of 256 threads. Its last parameter is a 4-byte sink it writes only if its reads'
 // XOR hits a magic value, so that the reads cannot be optimised away.
 class jit_kernel {
  public:
@@ -158,7 +162,8 @@ class jit_kernel {
   template <class... A>
   void launch(A*... args) {
     void* all[] = {args..., &sink_.p};
-    CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(blocks_), dim3(256), all, 0, nullptr));
+    CUDA_OK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel_), dim3(blocks_), dim3(256), all,
+                             0, nullptr));
   }
 
  private:
@@ -169,13 +174,13 @@ class jit_kernel {
 };
 
 // What is in L2 when a timed run starts. "memset" (default): a 256 MB memset, as FlashMLA's own
-// benchmark flushes (an 8 GB zero_() there); it leaves the whole L2 holding dirty lines, so the timed
-// run's misses also pay for their write-back. "read": a kernel reads a 256 MB buffer instead; the L2
-// then holds clean lines, and misses cost only their own read. DSV4_BENCH_FLUSH selects. Two more
-// modes are diagnostics, not figures to report: "none" (no flush: what the previous rep left in L2),
-// and "tlb" (the memset, then one 16-byte read per 64 KB of the case's caches, which puts their
-// address translations back and next to nothing in L2: what the memset's translation misses cost).
-// The read kernel is PTX (jit_kernel).
+// benchmark flushes (an 8 GB zero_() there); it leaves the whole L2 holding dirty lines, so the
+// timed run's misses also pay for their write-back. "read": a kernel reads a 256 MB buffer instead;
+// the L2 then holds clean lines, and misses cost only their own read. DSV4_BENCH_FLUSH selects. Two
+// more modes are diagnostics, not figures to report: "none" (no flush: what the previous rep left
+// in L2), and "tlb" (the memset, then one 16-byte read per 64 KB of the case's caches, which puts
+// their address translations back and next to nothing in L2: what the memset's translation misses
+// cost). The read kernel is PTX (jit_kernel).
 const char kReadPtx[] = R"(
 .version 7.0
 .target sm_80
@@ -242,8 +247,11 @@ class l2_flush {
   std::vector<const dbuf*> touched;
   void run(int rep) {
     switch (mode_) {
-      case mode::none: return;
-      case mode::read: read(buf_.p, buf_.bytes, 16); return;
+      case mode::none:
+        return;
+      case mode::read:
+        read(buf_.p, buf_.bytes, 16);
+        return;
       case mode::memset:
       case mode::tlb:
         CUDA_OK(cudaMemsetAsync(buf_.p, rep & 0xff, buf_.bytes));
@@ -274,7 +282,8 @@ class l2_flush {
 // loads under the L2 evict_first policy, after the same flush. No attention kernel can take less;
 // for small head counts it is most of the time (docs/performance.md, round 44). The kernel is PTX
 // (jit_kernel): thread i of the grid-stride loop reads piece i % pieces of row
-// i / pieces (row addresses from a table, 8 bytes per row more read), four pieces in flight per thread.
+// i / pieces (row addresses from a table, 8 bytes per row more read), four pieces in flight per
+// thread.
 const char kGatherPtx[] = R"(
 .version 7.4
 .target sm_80
@@ -382,7 +391,9 @@ class gather_floor {
     d.upload(rows);
     void* p = d.p;
     uint32_t n = static_cast<uint32_t>(total), pieces = static_cast<uint32_t>(row_bytes / 16);
-    return median_ms(2, 25, [&] { reader_.launch(&p, &n, &pieces); }, [&](int i) { flush.run(i); }) * 1000.0f;
+    return median_ms(
+               2, 25, [&] { reader_.launch(&p, &n, &pieces); }, [&](int i) { flush.run(i); }) *
+           1000.0f;
   }
 
  private:
@@ -394,12 +405,13 @@ struct result {
   float gather_us;  // gather_floor of the case's referenced rows
   double tflops, gbs_flashmla, gbs_gathered;
   char kernel[128];
-  std::string lengths;  // per-row extra lengths (CONFIG3/4): the chunks they make, which set the time
-  std::string run;      // the tiling and splits the runs take (DSV4_CUDA_LOG_RUNS)
+  std::string
+      lengths;      // per-row extra lengths (CONFIG3/4): the chunks they make, which set the time
+  std::string run;  // the tiling and splits the runs take (DSV4_CUDA_LOG_RUNS)
 };
 
-result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64& rng, l2_flush& flush,
-                gather_floor& floor) {
+result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64& rng,
+                l2_flush& flush, gather_floor& floor) {
   const int T = c.batch * c.seq_q;
   const int H = c.heads;
   const bool extra = c.extra_topk > 0;
@@ -451,7 +463,8 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
         chunks_sum += chunks;
       }
       char buf[96];
-      std::snprintf(buf, sizeof buf, "  [64-key chunks per row: mean %.1f, max %d]", chunks_sum / c.batch, chunks_max);
+      std::snprintf(buf, sizeof buf, "  [64-key chunks per row: mean %.1f, max %d]",
+                    chunks_sum / c.batch, chunks_max);
       res.lengths = buf;
     } else {
       attended += static_cast<int64_t>(T) * c.extra_topk;
@@ -479,8 +492,8 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   o.index_format = DSV4_INDEX_DENSE;
   o.topk = c.topk;
   o.extra_topk = c.extra_topk;
-  // log_runs: a plan whose runs log their tiling and splits (DSV4_CUDA_LOG_RUNS; never the timed one:
-  // the log is formatted on the host between the timing events).
+  // log_runs: a plan whose runs log their tiling and splits (DSV4_CUDA_LOG_RUNS; never the timed
+  // one: the log is formatted on the host between the timing events).
   auto make_plan = [&](bool log_runs) {
     void* made = nullptr;
     if (c.small_chunk) setenv("DSV4_CUDA_CHUNK", "32", 1);
@@ -496,9 +509,10 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   size_t ws_bytes = 0;
   DSV4_OK(m.iface->plan_get_workspace_size(plan, &ws_bytes));
 
-  dbuf d_q(q.size() * 2), d_sink(H * 4), d_out(static_cast<size_t>(T) * H * 512 * 2), d_lse(static_cast<size_t>(T) * H * 4),
-      d_mi(main_idx.size() * 4), d_ei(std::max<size_t>(1, extra_idx.size()) * 4), d_el(std::max<size_t>(1, extra_len.size()) * 4),
-      d_ws(ws_bytes);
+  dbuf d_q(q.size() * 2), d_sink(H * 4), d_out(static_cast<size_t>(T) * H * 512 * 2),
+      d_lse(static_cast<size_t>(T) * H * 4), d_mi(main_idx.size() * 4),
+      d_ei(std::max<size_t>(1, extra_idx.size()) * 4),
+      d_el(std::max<size_t>(1, extra_len.size()) * 4), d_ws(ws_bytes);
   d_q.upload(q);
   d_sink.upload(sink);
   d_mi.upload(main_idx);
@@ -512,7 +526,8 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   r.seq_q = c.seq_q;
   const int64_t qs = static_cast<int64_t>(H) * dqk;
   r.q = dsv4_mod_token_view{d_q.p, c.seq_q * qs, qs, dqk};
-  r.out = dsv4_mod_token_view{d_out.p, static_cast<int64_t>(c.seq_q) * H * 512, static_cast<int64_t>(H) * 512, 512};
+  r.out = dsv4_mod_token_view{d_out.p, static_cast<int64_t>(c.seq_q) * H * 512,
+                              static_cast<int64_t>(H) * 512, 512};
   r.lse = dsv4_mod_token_view{d_lse.p, static_cast<int64_t>(c.seq_q) * H, H, 1};
   r.swa_cache = main_pool.mod(d_main.p);
   r.swa_cache.num_blocks = main_blocks;
@@ -546,25 +561,34 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
   flush.touched = {&d_main};
   if (extra) flush.touched.push_back(&d_extra);
   // Three warm-up runs as they come, then 25 after a flush each.
-  const float ms = median_ms(3, 25, [&] { DSV4_OK(m.iface->run(plan, &r)); },
-                             [&](int i) { if (i >= 3) flush.run(i - 3); });
+  const float ms = median_ms(
+      3, 25, [&] { DSV4_OK(m.iface->run(plan, &r)); },
+      [&](int i) {
+        if (i >= 3) flush.run(i - 3);
+      });
   {
-    // The rows the lists reference (per-row lengths cut the extra list), in list order: each entry's
-    // data in the run's caches, as the kernels address it (slot_block_base, entry_data_offset).
+    // The rows the lists reference (per-row lengths cut the extra list), in list order: each
+    // entry's data in the run's caches, as the kernels address it (slot_block_base,
+    // entry_data_offset).
     std::vector<uint64_t> rows;
     rows.reserve(static_cast<size_t>(attended));
-    auto add = [&](const dsv4_mod_cache& cache, const std::vector<int32_t>& idx, int width, int t, int n) {
+    auto add = [&](const dsv4_mod_cache& cache, const std::vector<int32_t>& idx, int width, int t,
+                   int n) {
       for (int i = 0; i < n; ++i) {
         int64_t e;
-        const uint8_t* block = dsv4::slot_block_base(cache, idx[static_cast<size_t>(t) * width + i], &e);
+        const uint8_t* block =
+            dsv4::slot_block_base(cache, idx[static_cast<size_t>(t) * width + i], &e);
         rows.push_back(reinterpret_cast<uint64_t>(block + dsv4::entry_data_offset(c.layout, e)));
       }
     };
     for (int t = 0; t < T; ++t) {
       add(r.swa_cache, main_idx, c.topk, t, c.topk);
-      if (extra) add(r.extra_cache, extra_idx, c.extra_topk, t, extra_len.empty() ? c.extra_topk : extra_len[t / c.seq_q]);
+      if (extra)
+        add(r.extra_cache, extra_idx, c.extra_topk, t,
+            extra_len.empty() ? c.extra_topk : extra_len[t / c.seq_q]);
     }
-    // An entry's data bytes: its stride inside the block (576 of the 584 B layout, whole rows else).
+    // An entry's data bytes: its stride inside the block (576 of the 584 B layout, whole rows
+    // else).
     const int row_bytes = static_cast<int>(dsv4::entry_data_offset(c.layout, 1));
     res.gather_us = floor.time_us(rows, row_bytes, flush);
   }
@@ -660,7 +684,8 @@ std::vector<bench_case> cases() {
       bench_case c;
       c.heads = hk ? 128 : 64;
       c.topk = hk ? 1024 : 512;
-      c.name = "prefill h" + std::to_string(c.heads) + " topk " + std::to_string(c.topk) + " s_kv " + std::to_string(skv);
+      c.name = "prefill h" + std::to_string(c.heads) + " topk " + std::to_string(c.topk) +
+               " s_kv " + std::to_string(skv);
       c.layout = DSV4_KV_LAYOUT_BF16;
       c.prefill = true;
       c.batch = 1;
@@ -678,7 +703,9 @@ std::vector<bench_case> cases() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s <libdsv4-cuda.so> [filter | exact-name$ | alternative|alternative...]\n", argv[0]);
+    std::fprintf(
+        stderr, "usage: %s <libdsv4-cuda.so> [filter | exact-name$ | alternative|alternative...]\n",
+        argv[0]);
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress is visible even if a case hangs
@@ -695,24 +722,30 @@ int main(int argc, char** argv) {
     dsv4_mod_ctx_config cfg{sizeof(dsv4_mod_ctx_config), 0, 0, 0};
     DSV4_OK(m.iface->ctx_create(&cfg, &ctx));
     const ceilings ceil = measure_ceilings();
-    std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-    std::printf("ceilings: copy %.0f GB/s (read + write), cuBLAS bf16 GEMM 8192^3 %.0f TFLOP/s\n", ceil.copy_gbs,
-                ceil.gemm_tflops);
+    std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+                prop.l2CacheSize >> 20);
+    std::printf("ceilings: copy %.0f GB/s (read + write), cuBLAS bf16 GEMM 8192^3 %.0f TFLOP/s\n",
+                ceil.copy_gbs, ceil.gemm_tflops);
     l2_flush flush(prop.multiProcessorCount);
-    std::printf("L2 before each timed run: %s flush (DSV4_BENCH_FLUSH=memset|read|none|tlb)\n", flush.name());
+    std::printf("L2 before each timed run: %s flush (DSV4_BENCH_FLUSH=memset|read|none|tlb)\n",
+                flush.name());
     gather_floor floor(prop.multiProcessorCount);
-    std::printf("gather: the case's referenced rows alone, read by plain loads (evict_first) after the same flush\n");
-    std::printf("%-34s %10s %9s %11s %11s %8s %8s %9s %7s  %s\n", "case", "us", "TFLOP/s", "GB/s(FMLA)", "GB/s(gath)",
-                "%copy", "%gemm", "gather us", "xgather", "kernel");
+    std::printf(
+        "gather: the case's referenced rows alone, read by plain loads (evict_first) after the "
+        "same flush\n");
+    std::printf("%-34s %10s %9s %11s %11s %8s %8s %9s %7s  %s\n", "case", "us", "TFLOP/s",
+                "GB/s(FMLA)", "GB/s(gath)", "%copy", "%gemm", "gather us", "xgather", "kernel");
     for (const bench_case& c : cases()) {
       if (!selected(c.name, filter)) continue;
       // Each case draws from its own generator, seeded by its name: its inputs (the per-row lengths
       // of CONFIG3/4 among them) are the same whichever filter selected it and whatever ran before.
       std::mt19937_64 rng(case_seed(c.name));
       const result r = run_case(m, ctx, c, rng, flush, floor);
-      std::printf("%-34s %10.1f %9.1f %11.0f %11.0f %7.1f%% %7.1f%% %9.1f %6.2fx  %s\n", c.name.c_str(), r.us, r.tflops,
-                  r.gbs_flashmla, r.gbs_gathered, 100.0 * r.gbs_gathered / ceil.copy_gbs,
-                  100.0 * r.tflops / ceil.gemm_tflops, r.gather_us, r.gather_us > 0 ? r.us / r.gather_us : 0.0, (r.kernel + (r.run.empty() ? "" : " [" + r.run + "]") + r.lengths).c_str());
+      std::printf("%-34s %10.1f %9.1f %11.0f %11.0f %7.1f%% %7.1f%% %9.1f %6.2fx  %s\n",
+                  c.name.c_str(), r.us, r.tflops, r.gbs_flashmla, r.gbs_gathered,
+                  100.0 * r.gbs_gathered / ceil.copy_gbs, 100.0 * r.tflops / ceil.gemm_tflops,
+                  r.gather_us, r.gather_us > 0 ? r.us / r.gather_us : 0.0,
+                  (r.kernel + (r.run.empty() ? "" : " [" + r.run + "]") + r.lengths).c_str());
       std::fflush(stdout);
     }
     // Trace builds of the module (-DDSV4_SM90_TRACE) dump the timeline of the last Hopper launch.

@@ -17,9 +17,9 @@
 //                 threads, DEPTH 1..5 chunks in flight (one 36 KB buffer each): the small-head
 //                 kernel's producer_stage.
 //   FP8 rows (576 data bytes of the 584 B layout, rows packed as in a 64-entry page, so every other
-//   row starts 64 bytes past a 128-byte line): ld.global.v4 into registers, then st.shared of the raw
-//   bytes (unswizzled), 256 threads (the small-head kernel's two producer warpgroups), DEPTH chunks
-//   of loads in flight per thread:
+//   row starts 64 bytes past a 128-byte line): ld.global.v4 into registers, then st.shared of the
+//   raw bytes (unswizzled), 256 threads (the small-head kernel's two producer warpgroups), DEPTH
+//   chunks of loads in flight per thread:
 //          f64: 4 lanes per row (a warp: 8 rows x 64 B, the Hopper FP8 producers' map), 9 loads;
 //          f128: 8 lanes per row (a warp: 4 rows x 128 B from the row's start), 2 rows x 5 loads;
 //          f128a: as f128, but the pieces start at 128-byte lines (a row 64 bytes past a line
@@ -55,7 +55,7 @@ constexpr int kRowBytes = 1024;
 constexpr int kBufBytes = kKeys * kRowBytes;
 static_assert(kBufBytes == kOperandBytes, "a buffer is one 64-row operand of the Hopper kernels");
 constexpr int kQBytes = kBufBytes;  // the busy warpgroup's A operand
-constexpr int kBarBytes = 128;  // up to 8 mbarriers, then the busy warps' flags
+constexpr int kBarBytes = 128;      // up to 8 mbarriers, then the busy warps' flags
 constexpr int kSmemBytes = 2 * kBufBytes + kQBytes + 1024 + kBarBytes;
 
 enum Method { kCp4, kCp8, kCp4x2, kTma, kRegs, kBulk, kF64, kF128, kF128a, kFBulk };
@@ -65,18 +65,24 @@ __host__ __device__ constexpr int busy_threads(int busy) {
   return busy == kMma ? 128 : busy == kAlu ? 256 : 0;
 }
 __host__ __device__ constexpr int threads_of(int m) {
-  return (m == kCp4x2 || (m >= kF64 && m != kFBulk)) ? 256 : (m == kTma || m == kBulk || m == kFBulk) ? 64 : 128;
+  return (m == kCp4x2 || (m >= kF64 && m != kFBulk)) ? 256
+         : (m == kTma || m == kBulk || m == kFBulk)  ? 64
+                                                     : 128;
 }
 __host__ __device__ constexpr bool is_fp8(int m) { return m >= kF64; }
-constexpr int kFp8Row = 576;           // data bytes of an FP8 row (448 e4m3 + 64 bf16 rope)
+constexpr int kFp8Row = 576;  // data bytes of an FP8 row (448 e4m3 + 64 bf16 rope)
 constexpr int kFp8Units = kFp8Row / 16;
-constexpr int kFp8Loads = 10;          // a thread's 16-byte loads per chunk (f64 uses 9)
-__host__ __device__ constexpr int chunk_bytes(int m) { return is_fp8(m) ? kKeys * kFp8Row : kBufBytes; }
+constexpr int kFp8Loads = 10;  // a thread's 16-byte loads per chunk (f64 uses 9)
+__host__ __device__ constexpr int chunk_bytes(int m) {
+  return is_fp8(m) ? kKeys * kFp8Row : kBufBytes;
+}
 // Buffers in flight: fbulk keeps DEPTH chunks of FP8 rows in the 192 KB region (2 buffers + the
 // busy warpgroup's operand), the others two buffers of kBufBytes.
 __host__ __device__ constexpr int max_depth(int m) { return m == kFBulk ? 5 : 2; }
 __host__ __device__ inline int buffers_of(int m, int depth) { return m == kFBulk ? depth : 2; }
-__host__ __device__ constexpr int buffer_stride(int m) { return m == kFBulk ? kKeys * kFp8Row : kBufBytes; }
+__host__ __device__ constexpr int buffer_stride(int m) {
+  return m == kFBulk ? kKeys * kFp8Row : kBufBytes;
+}
 constexpr int kDumpBytes = 2 * kBufBytes + kQBytes;
 
 struct Args {
@@ -120,7 +126,8 @@ struct fp8_job {
   int table_row[2];  // the table rows of the job's chunk rows (f64: one; f128, f128a: two)
 };
 template <int M>
-__device__ __forceinline__ void fp8_load(fp8_job& j, const uint8_t* table, const int* idx, int warp, int lane) {
+__device__ __forceinline__ void fp8_load(fp8_job& j, const uint8_t* table, const int* idx, int warp,
+                                         int lane) {
 #pragma unroll
   for (int k = 0; k < 2; ++k) j.table_row[k] = idx[fp8_row_of<M>(5 * k, warp, lane)];
 #pragma unroll
@@ -262,7 +269,8 @@ __global__ void __launch_bounds__(384, 1) probe(Args a, const __grid_constant__ 
     } else if constexpr (M == kFBulk) {
       const int r = tid;
       mbar_arrive_expect_tx(bar, kFp8Row);
-      bulk_load(buf + r * kFp8Row, a.table + static_cast<size_t>(idx[r]) * kFp8Row, kFp8Row, bar, policy);
+      bulk_load(buf + r * kFp8Row, a.table + static_cast<size_t>(idx[r]) * kFp8Row, kFp8Row, bar,
+                policy);
     } else if constexpr (is_fp8(M)) {
       // Chunk i's loads were issued an iteration ago (DEPTH 2) or are issued now (DEPTH 1).
       const bool ahead = a.depth == 2 && i + 1 < a.chunks;
@@ -330,7 +338,8 @@ cudaError_t launch(int ctas, const Args& a, const CUtensorMap& map) {
 }
 // Launches method m (a run-time value) by matching it against every Method in turn.
 template <int BUSY, int... Ms>
-cudaError_t launch_busy(int m, int ctas, const Args& a, const CUtensorMap& map, std::integer_sequence<int, Ms...>) {
+cudaError_t launch_busy(int m, int ctas, const Args& a, const CUtensorMap& map,
+                        std::integer_sequence<int, Ms...>) {
   cudaError_t e = cudaErrorInvalidValue;
   ((m == Ms ? (e = launch<Ms, BUSY>(ctas, a, map), true) : false) || ...);
   return e;
@@ -350,10 +359,13 @@ using namespace gather_probe;
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::printf("usage: gather_probe cp4|cp8|cp4x2|tma|regs|bulk|f64|f128|f128a|fbulk TABLE_ROWS DEPTH [CHUNKS [BUSY]]\n");
+    std::printf(
+        "usage: gather_probe cp4|cp8|cp4x2|tma|regs|bulk|f64|f128|f128a|fbulk TABLE_ROWS DEPTH "
+        "[CHUNKS [BUSY]]\n");
     return 1;
   }
-  const std::string names[kMethods] = {"cp4", "cp8", "cp4x2", "tma", "regs", "bulk", "f64", "f128", "f128a", "fbulk"};
+  const std::string names[kMethods] = {"cp4",  "cp8", "cp4x2", "tma",   "regs",
+                                       "bulk", "f64", "f128",  "f128a", "fbulk"};
   int m = -1;
   for (int i = 0; i < kMethods; ++i) {
     if (names[i] == argv[1]) m = i;
@@ -478,7 +490,8 @@ int main(int argc, char** argv) {
       "%-6s busy %-4s rows %9lld depth %d: %8.1f us  %5.2f TB/s  %5.1f B/cycle/SM  %6.0f "
       "cycles/chunk  %s\n",
       argv[1], busy_name.c_str(), rows, depth, med_ms * 1e3, bytes / (med_ms * 1e-3) / 1e12,
-      static_cast<double>(chunk_bytes(m)) * chunks / med_cyc, med_cyc / chunks, bad == 0 ? "ok" : "WRONG BYTES");
+      static_cast<double>(chunk_bytes(m)) * chunks / med_cyc, med_cyc / chunks,
+      bad == 0 ? "ok" : "WRONG BYTES");
   (void)khz;
   return bad == 0 ? 0 : 3;
 }

@@ -19,9 +19,9 @@
  *
  * Slots are physical (block * block_size + entry) in the SWA / compressed cache; -1 = no candidate.
  * Dense columns beyond the list width are written -1. Padding tokens (slot_mapping < 0, or t >=
- * query_start_loc[R]) get all -1 and length 0 (FlashInfer: W). See docs/paged-mode.md.
+ * query_start_loc[R]) get all -1 and length 0 (FlashInfer: W). See README.md, "Paged mode".
  *
- * C99 and C++11 compatible; included by dsv4.h.
+ * C99 and C++11 compatible. Includes dsv4.h (the inclusion is one-way).
  */
 #ifndef DSV4_PAGED_H
 #define DSV4_PAGED_H
@@ -42,27 +42,26 @@ extern "C" {
  * (dense: the last dimension may be strided); unused ones are NULL.
  */
 typedef struct dsv4_export_args {
-  uint32_t struct_size;            /**< sizeof(dsv4_export_args); set by dsv4_export_args_init */
-  uint32_t format;                 /**< DSV4_EXPORT_* */
+  uint32_t struct_size; /**< sizeof(dsv4_export_args); set by dsv4_export_args_init */
+  uint32_t format;      /**< DSV4_EXPORT_* */
   /** The paged batch as for dsv4_run: query_start_loc, seq_lens, swa_block_table,
    *  cmp_block_table, slot_mapping, topk_indices (C4A), swa_cache and extra_cache (their block
    *  counts bound the block-table entries). q, out, lse, sink and workspace are not read.
    *  T = slot_mapping.shape[0]. */
   const dsv4_run_args* batch;
-  dsv4_tensor* swa_indices;        /**< FLASHMLA [T, >=W]; CSR flat [>= T*W] */
-  dsv4_tensor* swa_lengths;        /**< FLASHMLA [T] (required); CSR [T] (optional) */
-  dsv4_tensor* swa_indptr;         /**< CSR [T+1] */
-  dsv4_tensor* cmp_indices;        /**< compressed: FLASHMLA [T, >=width]; CSR flat [>= T*width] */
-  dsv4_tensor* cmp_lengths;        /**< FLASHMLA [T] (needed with cmp_indices); CSR optional */
-  dsv4_tensor* cmp_indptr;         /**< CSR [T+1] (required with cmp_indices) */
-  dsv4_tensor* combined_indices;   /**< FLASHINFER [T, >= W + PT] */
-  dsv4_tensor* combined_lengths;   /**< FLASHINFER [T] */
-  void* stream;                    /**< backend-native stream or NULL (same contract as dsv4_run) */
+  dsv4_tensor* swa_indices;      /**< FLASHMLA [T, >=W]; CSR flat [>= T*W] */
+  dsv4_tensor* swa_lengths;      /**< FLASHMLA [T] (required); CSR [T] (optional) */
+  dsv4_tensor* swa_indptr;       /**< CSR [T+1] */
+  dsv4_tensor* cmp_indices;      /**< compressed: FLASHMLA [T, >=width]; CSR flat [>= T*width] */
+  dsv4_tensor* cmp_lengths;      /**< FLASHMLA [T] (needed with cmp_indices); CSR optional */
+  dsv4_tensor* cmp_indptr;       /**< CSR [T+1] (required with cmp_indices) */
+  dsv4_tensor* combined_indices; /**< FLASHINFER [T, >= W + PT] */
+  dsv4_tensor* combined_lengths; /**< FLASHINFER [T] */
+  void* stream;                  /**< backend-native stream or NULL (same contract as dsv4_run) */
 } dsv4_export_args;
 
 /** Sets struct_size and zeroes every other field (format FLASHMLA). INVALID_ARGUMENT for NULL. */
-DSV4_API dsv4_status (dsv4_export_args_init)(dsv4_export_args* args,
-                                           size_t struct_size);
+DSV4_API dsv4_status(dsv4_export_args_init)(dsv4_export_args* args, size_t struct_size);
 #define dsv4_export_args_init(args) (dsv4_export_args_init)((args), sizeof(*(args)))
 
 /** Writes the lists a paged run of `plan` would build for args->batch into the caller's

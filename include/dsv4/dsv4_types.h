@@ -12,15 +12,15 @@
 #include <stdint.h>
 
 #if defined(_WIN32)
-#  if defined(DSV4_BUILDING_LIBRARY)
-#    define DSV4_API __declspec(dllexport)
-#  else
-#    define DSV4_API
-#  endif
-#elif defined(DSV4_BUILDING_LIBRARY)
-#  define DSV4_API __attribute__((visibility("default")))
+#if defined(DSV4_BUILDING_LIBRARY)
+#define DSV4_API __declspec(dllexport)
 #else
-#  define DSV4_API
+#define DSV4_API
+#endif
+#elif defined(DSV4_BUILDING_LIBRARY)
+#define DSV4_API __attribute__((visibility("default")))
+#else
+#define DSV4_API
 #endif
 
 #ifdef __cplusplus
@@ -35,7 +35,8 @@ extern "C" {
 #define DSV4_VERSION_MINOR 1
 #define DSV4_VERSION_PATCH 0
 /** Packed major*10000 + minor*100 + patch (zstd style); compare with dsv4_get_version(). */
-#define DSV4_VERSION_NUMBER (DSV4_VERSION_MAJOR * 10000 + DSV4_VERSION_MINOR * 100 + DSV4_VERSION_PATCH)
+#define DSV4_VERSION_NUMBER \
+  (DSV4_VERSION_MAJOR * 10000 + DSV4_VERSION_MINOR * 100 + DSV4_VERSION_PATCH)
 /** The API level of this header, passed in dsv4_ctx_options.api_version: major << 16 | minor. */
 #define DSV4_API_VERSION ((uint32_t)((DSV4_VERSION_MAJOR << 16) | DSV4_VERSION_MINOR))
 
@@ -50,7 +51,8 @@ typedef int32_t dsv4_status;
 #define DSV4_STATUS_INVALID_ARGUMENT ((dsv4_status)1)
 /** Valid request that the chosen backend has no kernel for (layout, head dim, dtype, device). */
 #define DSV4_STATUS_UNSUPPORTED ((dsv4_status)2)
-/** No backend module can serve the request (none found, none available, or the named one is missing). */
+/** No backend module can serve the request (none found, none available, or the named one is
+ * missing). */
 #define DSV4_STATUS_NO_BACKEND ((dsv4_status)3)
 /** The backend's runtime reported an error (launch failure, driver error). */
 #define DSV4_STATUS_BACKEND_ERROR ((dsv4_status)4)
@@ -70,7 +72,8 @@ typedef int32_t dsv4_status;
  * Tensors: laid out exactly like DLPack's DLTensor (dlpack.h 0.6 .. 1.1), so a `DLTensor*` may be
  * passed by cast. Device and dtype codes are DLPack's. Strides are in elements; NULL strides mean
  * compact row-major. Tensors are borrowed for the duration of the call (and, on GPU backends, until
- * the enqueued work completes); libdsv4 never frees caller memory. 256-byte alignment is not assumed.
+ * the enqueued work completes); libdsv4 never frees caller memory. 256-byte alignment is not
+ * assumed.
  * ------------------------------------------------------------------------------------------- */
 typedef struct dsv4_device {
   int32_t device_type; /**< DSV4_DEVICE_* (DLDeviceType) */
@@ -118,11 +121,11 @@ typedef struct dsv4_tensor {
  *  Minimum block bytes: B*1024. Cache dtype bf16 or uint8. */
 #define DSV4_KV_LAYOUT_BF16 1u
 /** DeepSeek-V4 ("MODEL1") FP8, 584 B per token, block-major (spec 3.2):
- *    entry data  at block_base + e*576:  448 x e4m3fn (NoPE dims 0..447), then 64 x bf16 (RoPE 448..511)
- *    entry scales at block_base + B*576 + e*8: 7 x UE8M0 exponent bytes (tile k = dims 64k..64k+63,
- *                                           value 2^(byte-127)), 1 pad byte (0)
- *  Minimum block bytes: ceil(B*584/576)*576 (FlashMLA's padding), e.g. B=64 -> 37440, B=2 -> 1728.
- *  d_qk = 512, V = K. Cache dtype uint8/int8/e4m3. */
+ *    entry data  at block_base + e*576:  448 x e4m3fn (NoPE dims 0..447), then 64 x bf16 (RoPE
+ * 448..511) entry scales at block_base + B*576 + e*8: 7 x UE8M0 exponent bytes (tile k = dims
+ * 64k..64k+63, value 2^(byte-127)), 1 pad byte (0) Minimum block bytes: ceil(B*584/576)*576
+ * (FlashMLA's padding), e.g. B=64 -> 37440, B=2 -> 1728. d_qk = 512, V = K. Cache dtype
+ * uint8/int8/e4m3. */
 #define DSV4_KV_LAYOUT_FP8_V4_584B 2u
 /** DeepSeek-V3.2 FP8 with scales, 656 B per token, token-major (spec 3.5):
  *    entry at block_base + e*656: 512 x e4m3fn (NoPE 0..511, 4 tiles of 128), 4 x fp32 tile scales,
@@ -146,9 +149,9 @@ typedef struct dsv4_kv_cache_desc {
 typedef struct dsv4_kv_layout_info {
   uint32_t struct_size;
   uint32_t layout;
-  int32_t head_dim_qk;          /**< dims a key holds (512, or 576 for V3.2) */
-  int32_t head_dim_v;           /**< value dims (512) */
-  int32_t bytes_per_token;      /**< 1024, 584, 656 or 512 */
+  int32_t head_dim_qk;     /**< dims a key holds (512, or 576 for V3.2) */
+  int32_t head_dim_v;      /**< value dims (512) */
+  int32_t bytes_per_token; /**< 1024, 584, 656 or 512 */
   int32_t reserved;
   int64_t min_block_stride_bytes; /**< for the block_size asked about */
 } dsv4_kv_layout_info;

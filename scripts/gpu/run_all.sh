@@ -74,12 +74,12 @@ build() {
   grep -E "Potential Performance Loss|Local memory used" "$OUT/build_module.log" | sort | uniq -c
   log "module built in $((SECONDS - t0)) s"
   local cudalib="-L/usr/local/cuda/lib64 -lcudart_static -ldl -lpthread -lrt"
-  g++ -O2 -std=c++17 $inc -I$ROOT/tests/common -I/usr/local/cuda/include tests/cuda/test_cuda_attention.cpp \
-    tests/common/reference.cpp tests/common/reference_paged.cpp $cudalib -o "$B/test_cuda_attention" \
+  g++ -O2 -std=c++17 $inc -I$ROOT/reference -I/usr/local/cuda/include tests/cuda/test_cuda_attention.cpp \
+    reference/reference.cpp reference/reference_paged.cpp $cudalib -o "$B/test_cuda_attention" \
     >"$OUT/build_test.log" 2>&1 || { cat "$OUT/build_test.log"; return 1; }
   if [ -f bench/gpu/bench_cuda.cpp ]; then
-    g++ -O2 -std=c++17 $inc -I$ROOT/tests/common -I$ROOT/tests/cuda -I/usr/local/cuda/include bench/gpu/bench_cuda.cpp \
-      tests/common/reference.cpp $cudalib -lcublas -o "$B/bench_cuda" >"$OUT/build_bench.log" 2>&1 ||
+    g++ -O2 -std=c++17 $inc -I$ROOT/reference -I$ROOT/tests/cuda -I/usr/local/cuda/include bench/gpu/bench_cuda.cpp \
+      reference/reference.cpp $cudalib -lcublas -o "$B/bench_cuda" >"$OUT/build_bench.log" 2>&1 ||
       { cat "$OUT/build_bench.log"; return 1; }
   fi
   echo "$hash" >"$B/.built"

@@ -1,9 +1,9 @@
 // The C ABI of include/dsv4/dsv4.h. Each function only validates its direct arguments, calls the
 // dsv4::detail implementation and catches: no exception, abort or exit crosses this boundary.
+#include "base/error.h"
 #include "common/layout.h"
 #include "core/abi_struct.h"
 #include "core/ctx.h"
-#include "core/error.h"
 #include "core/plan.h"
 #include "core/run_check.h"
 #include "dsv4/dsv4.h"

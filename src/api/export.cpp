@@ -7,9 +7,9 @@
 #include <string>
 #include <utility>
 
+#include "base/error.h"
 #include "core/abi_struct.h"
 #include "core/ctx.h"
-#include "core/error.h"
 #include "core/plan.h"
 #include "core/run_check.h"
 #include "core/tensor_check.h"

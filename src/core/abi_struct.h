@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace dsv4::detail {
 

@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/env.h"
+#include "base/error.h"
 #include "core/abi_struct.h"
-#include "core/env.h"
-#include "core/error.h"
 #include "loader/select.h"
 
 namespace dsv4::detail {

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "dsv4/dsv4.h"
 #include "loader/module.h"
 

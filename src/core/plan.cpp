@@ -3,9 +3,9 @@
 #include <cmath>
 #include <memory>
 
+#include "base/error.h"
 #include "common/layout.h"
 #include "core/abi_struct.h"
-#include "core/error.h"
 
 namespace dsv4::detail {
 

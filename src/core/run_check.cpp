@@ -1,8 +1,8 @@
 #include "core/run_check.h"
 
+#include "base/error.h"
 #include "common/layout.h"
 #include "core/ctx.h"
-#include "core/error.h"
 #include "core/plan.h"
 #include "core/tensor_check.h"
 

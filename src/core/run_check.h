@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "dsv4/dsv4.h"
+#include "dsv4/dsv4_paged.h"
 #include "dsv4_backend.h"
 
 namespace dsv4::detail {

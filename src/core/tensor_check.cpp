@@ -3,8 +3,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "base/error.h"
 #include "common/layout.h"
-#include "core/error.h"
 #include "core/plan.h"
 
 namespace dsv4::detail {

@@ -8,9 +8,9 @@
 #include <memory>
 #include <mutex>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace dsv4::detail {
 

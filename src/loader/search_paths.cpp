@@ -10,8 +10,8 @@
 #include <cstdlib>
 #include <set>
 
-#include "core/env.h"
-#include "core/log.h"
+#include "base/env.h"
+#include "base/log.h"
 #include "dsv4/dsv4.h"
 
 #ifndef DSV4_BACKEND_INSTALL_DIR

@@ -1,6 +1,7 @@
 /* The public headers compile as strict C99 (-std=c99 -pedantic -Werror -Wall -Wextra), and the
  * macros they define agree with the library that is linked. */
 #include <dsv4/dsv4.h>
+#include <dsv4/dsv4_paged.h>
 #include <dsv4/dsv4_types.h>
 #include <stdio.h>
 

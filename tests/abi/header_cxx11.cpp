@@ -1,6 +1,7 @@
 // The public headers compile as strict C++11 (-std=c++11 -pedantic -Werror -Wall -Wextra) with
 // C linkage, and the structs are standard-layout (usable from C and FFI).
 #include <dsv4/dsv4.h>
+#include <dsv4/dsv4_paged.h>
 
 #include <cstdio>
 #include <type_traits>

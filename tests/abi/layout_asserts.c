@@ -9,14 +9,16 @@
  *  3. The module table's last 1.0 slot (export_indices) stays where module ABI 1.0 put it.
  */
 #include <dlpack/dlpack.h>
+#include <dsv4/dsv4_paged.h>
 #include <stddef.h>
 
 #include "dsv4_backend.h"
 
-#define SAME_FIELD(ours, theirs, field)                                                            \
-  _Static_assert(offsetof(ours, field) == offsetof(theirs, field), #ours "." #field " offset");    \
-  _Static_assert(sizeof(((ours*)0)->field) == sizeof(((theirs*)0)->field), #ours "." #field " siz" \
-                                                                                            "e")
+#define SAME_FIELD(ours, theirs, field)                                                         \
+  _Static_assert(offsetof(ours, field) == offsetof(theirs, field), #ours "." #field " offset"); \
+  _Static_assert(sizeof(((ours*)0)->field) == sizeof(((theirs*)0)->field), #ours "." #field     \
+                                                                                 " siz"         \
+                                                                                 "e")
 
 /* ---- 1. DLPack compatibility ---- */
 _Static_assert(sizeof(dsv4_tensor) == sizeof(DLTensor), "dsv4_tensor size");

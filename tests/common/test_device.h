@@ -13,14 +13,14 @@ namespace dsv4test {
 class TestDevice {
  public:
   virtual ~TestDevice() = default;
-  virtual dsv4_device device() const = 0;       // what tensors say
-  virtual const char* backend() const = 0;      // module to request ("cpu", "cuda")
-  virtual void* alloc(size_t bytes) = 0;        // never nullptr for bytes > 0 (throws)
+  virtual dsv4_device device() const = 0;   // what tensors say
+  virtual const char* backend() const = 0;  // module to request ("cpu", "cuda")
+  virtual void* alloc(size_t bytes) = 0;    // never nullptr for bytes > 0 (throws)
   virtual void free(void* p) = 0;
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill(void* dst, unsigned char byte, size_t bytes) = 0;
-  virtual void* stream() = 0;                   // passed to dsv4_run (nullptr on CPU)
+  virtual void* stream() = 0;  // passed to dsv4_run (nullptr on CPU)
   virtual void synchronize() = 0;
 };
 

@@ -12,7 +12,8 @@ namespace dsv4test {
 namespace {
 
 void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
 }
 
 class CudaTestDevice final : public TestDevice {
@@ -80,13 +81,15 @@ std::unique_ptr<TestDevice> make_cuda_test_device(std::string* why) {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
     if (why != nullptr)
-      *why = err != cudaSuccess ? std::string("no CUDA driver/device: ") + cudaGetErrorName(err) : "no CUDA device";
+      *why = err != cudaSuccess ? std::string("no CUDA driver/device: ") + cudaGetErrorName(err)
+                                : "no CUDA device";
     return nullptr;
   }
   int device = 0;
   if (const char* env = std::getenv("DSV4_TEST_CUDA_DEVICE")) device = std::atoi(env);
   if (device < 0 || device >= count) {
-    if (why != nullptr) *why = "DSV4_TEST_CUDA_DEVICE " + std::to_string(device) + " of " + std::to_string(count);
+    if (why != nullptr)
+      *why = "DSV4_TEST_CUDA_DEVICE " + std::to_string(device) + " of " + std::to_string(count);
     return nullptr;
   }
   try {

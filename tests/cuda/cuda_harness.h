@@ -1,6 +1,6 @@
 // Harness of the CUDA backend tests and benchmark: loads libdsv4-cuda.so through the module ABI
 // (no libdsv4 needed), owns device buffers, and builds randomized explicit-mode problems together
-// with their float64 reference (tests/common/reference.h). Plain C++ (no GTest), so it also runs on
+// with their float64 reference (reference/reference.h). Plain C++ (no GTest), so it also runs on
 // GPU machines without GoogleTest.
 #pragma once
 
@@ -46,24 +46,24 @@ inline void host_set_error(const char* message) { last_error() = message; }
 inline const char* host_get_env(const char* name) { return std::getenv(name); }
 
 inline const dsv4_host_services* host_services() {
-  static const dsv4_host_services h = {sizeof(dsv4_host_services), DSV4_MODULE_ABI_VERSION, host_log,
-                                       host_set_error, host_get_env};
+  static const dsv4_host_services h = {sizeof(dsv4_host_services), DSV4_MODULE_ABI_VERSION,
+                                       host_log, host_set_error, host_get_env};
   return &h;
 }
 
-#define CUDA_OK(expr)                                                                              \
-  do {                                                                                             \
-    const cudaError_t err_ = (expr);                                                               \
-    if (err_ != cudaSuccess)                                                                       \
-      throw std::runtime_error(std::string(#expr) + ": " + cudaGetErrorString(err_));              \
+#define CUDA_OK(expr)                                                                 \
+  do {                                                                                \
+    const cudaError_t err_ = (expr);                                                  \
+    if (err_ != cudaSuccess)                                                          \
+      throw std::runtime_error(std::string(#expr) + ": " + cudaGetErrorString(err_)); \
   } while (0)
 
-#define DSV4_OK(expr)                                                                              \
-  do {                                                                                             \
-    const dsv4_status st_ = (expr);                                                                \
-    if (st_ != DSV4_STATUS_OK)                                                                     \
-      throw std::runtime_error(std::string(#expr) + " -> status " + std::to_string(st_) + ": " +  \
-                               last_error());                                                      \
+#define DSV4_OK(expr)                                                                            \
+  do {                                                                                           \
+    const dsv4_status st_ = (expr);                                                              \
+    if (st_ != DSV4_STATUS_OK)                                                                   \
+      throw std::runtime_error(std::string(#expr) + " -> status " + std::to_string(st_) + ": " + \
+                               last_error());                                                    \
   } while (0)
 
 // The module, loaded and negotiated. `skip_reason` is set when no usable GPU is present.
@@ -99,7 +99,10 @@ struct dbuf {
   }
   dbuf(const dbuf&) = delete;
   dbuf& operator=(const dbuf&) = delete;
-  dbuf(dbuf&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr; o.bytes = 0; }
+  dbuf(dbuf&& o) noexcept : p(o.p), bytes(o.bytes) {
+    o.p = nullptr;
+    o.bytes = 0;
+  }
   dbuf& operator=(dbuf&& o) noexcept {
     std::swap(p, o.p);
     std::swap(bytes, o.bytes);
@@ -134,7 +137,8 @@ struct host_cache {
   std::vector<uint8_t> bytes;
 
   int64_t capacity() const { return num_blocks * block_size; }
-  void init(uint32_t l, int32_t bs, int64_t slots, int64_t stride_pad, float scale, std::mt19937_64& rng) {
+  void init(uint32_t l, int32_t bs, int64_t slots, int64_t stride_pad, float scale,
+            std::mt19937_64& rng) {
     layout = l;
     block_size = bs;
     num_blocks = (slots + bs - 1) / bs;
@@ -154,8 +158,9 @@ struct host_cache {
     }
   }
   // Bytes the fast dequantisation paths do not cover: in some rows UE8M0 scales near both ends of
-  // the range, in a few rows one NaN byte. The large scale (2^8) multiplies e4m3 subnormals (m 2^-9),
-  // so the values (m / 2) stay in the range of the others and fp32 accumulation stays accurate.
+  // the range, in a few rows one NaN byte. The large scale (2^8) multiplies e4m3 subnormals (m
+  // 2^-9), so the values (m / 2) stay in the range of the others and fp32 accumulation stays
+  // accurate.
   void add_special_rows() {
     for (int64_t s = 0; s < capacity(); ++s) {
       uint8_t* block = bytes.data() + (s / block_size) * stride;
@@ -166,9 +171,11 @@ struct host_cache {
         sc[1] = 3;    // 2^-124: subnormal or zero bf16 products
         sc[4] = 135;  // 2^8, with subnormal e4m3 bytes: values m / 2, m in 0..7
         for (int j = 0; j < dsv4::kV4TileDim; ++j)
-          data[4 * dsv4::kV4TileDim + j] = static_cast<uint8_t>(((s * 7 + j * 3) & 7) | ((j & 1) << 7));
+          data[4 * dsv4::kV4TileDim + j] =
+              static_cast<uint8_t>(((s * 7 + j * 3) & 7) | ((j & 1) << 7));
       }
-      if ((layout == DSV4_KV_LAYOUT_FP8_V4_584B || layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR) && s % 97 == 41)
+      if ((layout == DSV4_KV_LAYOUT_FP8_V4_584B || layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR) &&
+          s % 97 == 41)
         block[dsv4::entry_data_offset(layout, e) + 100] = 0x7f;  // e4m3 NaN
     }
   }
@@ -177,7 +184,8 @@ struct host_cache {
     uint8_t* block = bytes.data() + (slot / block_size) * stride;
     const int64_t e = slot % block_size;
     std::memset(block + dsv4::entry_data_offset(layout, e), 0xff,
-                layout == DSV4_KV_LAYOUT_FP8_V4_584B ? dsv4::kV4DataBytes : dsv4::layout_bytes_per_token(layout));
+                layout == DSV4_KV_LAYOUT_FP8_V4_584B ? dsv4::kV4DataBytes
+                                                     : dsv4::layout_bytes_per_token(layout));
     if (layout == DSV4_KV_LAYOUT_FP8_V4_584B)
       std::memset(block + dsv4::v4_scale_offset(block_size, e), 0xff, dsv4::kV4ScaleBytes);
   }
@@ -218,8 +226,8 @@ struct tolerance {
 constexpr tolerance kOutTol{1e-3, 2.01 / 128, 5e-6};
 constexpr tolerance kLseTol{1e-5, 8.01 / 65536, -1};
 
-inline bool compare(const std::vector<double>& got, const std::vector<double>& want, const tolerance& tol,
-                    const std::string& what, std::string* message) {
+inline bool compare(const std::vector<double>& got, const std::vector<double>& want,
+                    const tolerance& tol, const std::string& what, std::string* message) {
   if (got.size() != want.size()) {
     *message = what + ": size " + std::to_string(got.size()) + " != " + std::to_string(want.size());
     return false;
@@ -231,14 +239,16 @@ inline bool compare(const std::vector<double>& got, const std::vector<double>& w
     if (special_a || special_b) {
       const bool same = (std::isnan(a) && std::isnan(b)) || a == b;
       if (!same) {
-        *message = what + "[" + std::to_string(i) + "]: got " + std::to_string(a) + ", want " + std::to_string(b);
+        *message = what + "[" + std::to_string(i) + "]: got " + std::to_string(a) + ", want " +
+                   std::to_string(b);
         return false;
       }
       continue;
     }
     const double err = std::fabs(a - b);
     if (!(err < tol.abs_tol || err / std::fabs(b) < tol.rel_tol)) {
-      *message = what + "[" + std::to_string(i) + "]: got " + std::to_string(a) + ", want " + std::to_string(b);
+      *message = what + "[" + std::to_string(i) + "]: got " + std::to_string(a) + ", want " +
+                 std::to_string(b);
       return false;
     }
     dot += a * b;

@@ -35,29 +35,31 @@ struct explicit_case {
   int64_t slots = 1024;
   int64_t extra_slots = 1024;
   int64_t stride_pad = 0;
-  bool lengths = true;          // main topk_length per (b, s)
+  bool lengths = true;             // main topk_length per (b, s)
   bool lengths_per_batch = false;  // FlashMLA's [B] form (shared by the s_q tokens of a row)
   bool extra_lengths = true;
   bool csr = false;
   bool sink = true;
-  bool lse_bhs = false;         // lse / max_logits with FlashMLA's [B, H, S] strides
+  bool lse_bhs = false;  // lse / max_logits with FlashMLA's [B, H, S] strides
   bool q_fp8 = false;
   float kv_scale = 1.0f;
-  float softmax_scale = 0.0f;   // 0 = d^-0.5
-  int max_tokens = 0;           // plan capacity (0 = batch * seq_q)
-  bool small_chunk = false;     // DSV4_CUDA_CHUNK=32: the variant for GPUs with little shared memory
+  float softmax_scale = 0.0f;  // 0 = d^-0.5
+  int max_tokens = 0;          // plan capacity (0 = batch * seq_q)
+  bool small_chunk = false;    // DSV4_CUDA_CHUNK=32: the variant for GPUs with little shared memory
   const char* kernel = nullptr;  // DSV4_CUDA_KERNEL: "mma" keeps Hopper on the mma.sync kernel
-  bool row_loads = false;        // DSV4_CUDA_SMALL_STAGE=0: small-head FP8 rows by the producers' loads
-  bool no_heads8 = false;        // DSV4_CUDA_SMALL_H8=0: 1..8 heads on the 16-head tile's consumer
-  bool special_rows = false;     // host_cache::add_special_rows (extreme scales, NaN bytes)
-  int q_pad = 0;                 // elements after each (token, head) q row: a strided q view
-  int max_splits = 0;            // DSV4_CUDA_MAX_SPLITS (0: the planner's choice)
-  bool graph = false;            // also check graph capture and replay
-  int persistent = -1;           // DSV4_CUDA_PERSISTENT: at most this many persistent Hopper CTAs, looping (-1: unset)
-  int order = -1;                // DSV4_CUDA_ORDER: 1 tokens longest first wherever possible (-1: unset)
-  bool expect_order = false;     // the run must hand its CTAs their tokens longest first (its log says so)
+  bool row_loads = false;  // DSV4_CUDA_SMALL_STAGE=0: small-head FP8 rows by the producers' loads
+  bool no_heads8 = false;  // DSV4_CUDA_SMALL_H8=0: 1..8 heads on the 16-head tile's consumer
+  bool special_rows = false;  // host_cache::add_special_rows (extreme scales, NaN bytes)
+  int q_pad = 0;              // elements after each (token, head) q row: a strided q view
+  int max_splits = 0;         // DSV4_CUDA_MAX_SPLITS (0: the planner's choice)
+  bool graph = false;         // also check graph capture and replay
+  int persistent =
+      -1;  // DSV4_CUDA_PERSISTENT: at most this many persistent Hopper CTAs, looping (-1: unset)
+  int order = -1;  // DSV4_CUDA_ORDER: 1 tokens longest first wherever possible (-1: unset)
+  bool expect_order =
+      false;  // the run must hand its CTAs their tokens longest first (its log says so)
   bool expect_persistent = false;  // the run must take persistent CTAs (its log says so)
-  bool lone_nan_key = false;     // token 0's main list: one valid entry, a NaN row (dense lists)
+  bool lone_nan_key = false;       // token 0's main list: one valid entry, a NaN row (dense lists)
 };
 
 // Environment variables the module reads at plan creation, set for one plan.
@@ -76,7 +78,8 @@ struct scoped_env {
 // (DSV4_CUDA_LOG_RUNS=1 set for its plan), checks the run's log line for `what`.
 bool check_logged(const std::string& name, bool expected, const char* what) {
   if (!expected || last_log().find(what) != std::string::npos) return true;
-  std::printf("FAIL %s: the run's log does not say \"%s\" (log: \"%s\")\n", name.c_str(), what, last_log().c_str());
+  std::printf("FAIL %s: the run's log does not say \"%s\" (log: \"%s\")\n", name.c_str(), what,
+              last_log().c_str());
   return false;
 }
 
@@ -131,7 +134,8 @@ std::vector<int32_t> random_row(std::mt19937_64& rng, int width, int64_t capacit
       row[i] = static_cast<int32_t>(slot(rng));
     } else {
       const int pick = static_cast<int>(rng() % 8);
-      row[i] = pick < 7 ? kInvalid[pick] : static_cast<int32_t>(capacity + static_cast<int64_t>(rng() % 100));
+      row[i] = pick < 7 ? kInvalid[pick]
+                        : static_cast<int32_t>(capacity + static_cast<int64_t>(rng() % 100));
     }
   }
   // Invalid entries inside the valid prefix too (vLLM never does this; the rule allows it).
@@ -141,14 +145,15 @@ std::vector<int32_t> random_row(std::mt19937_64& rng, int width, int64_t capacit
 }
 
 struct list_data {
-  std::vector<int32_t> dense;     // [T][width]
-  std::vector<int32_t> indptr;    // CSR [T+1]
-  std::vector<int32_t> flat;      // CSR
-  std::vector<int32_t> lengths;   // [B][S] or [B]
+  std::vector<int32_t> dense;    // [T][width]
+  std::vector<int32_t> indptr;   // CSR [T+1]
+  std::vector<int32_t> flat;     // CSR
+  std::vector<int32_t> lengths;  // [B][S] or [B]
   std::vector<dsv4test::RefList> ref;
 };
 
-list_data make_lists(std::mt19937_64& rng, const explicit_case& c, int width, int64_t capacity, bool use_lengths) {
+list_data make_lists(std::mt19937_64& rng, const explicit_case& c, int width, int64_t capacity,
+                     bool use_lengths) {
   const int T = c.batch * c.seq_q;
   list_data d;
   d.ref.resize(T);
@@ -185,8 +190,9 @@ list_data make_lists(std::mt19937_64& rng, const explicit_case& c, int width, in
 void poison_unreferenced(host_cache& cache, const std::vector<dsv4test::RefList>& lists) {
   std::vector<char> used(static_cast<size_t>(cache.capacity()), 0);
   for (const auto& l : lists) {
-    const int64_t n = l.length < 0 ? static_cast<int64_t>(l.idx.size())
-                                   : std::min<int64_t>(l.length, static_cast<int64_t>(l.idx.size()));
+    const int64_t n = l.length < 0
+                          ? static_cast<int64_t>(l.idx.size())
+                          : std::min<int64_t>(l.length, static_cast<int64_t>(l.idx.size()));
     for (int64_t i = 0; i < n; ++i)
       if (l.idx[i] >= 0 && l.idx[i] < cache.capacity()) used[l.idx[i]] = 1;
   }
@@ -213,8 +219,8 @@ void isolate_nan_key(const explicit_case& c, list_data& d, int width) {
   for (int t = 0; t < tokens; ++t) d.ref[t].length = width;
 }
 
-dsv4_mod_index_list mod_list(const explicit_case& c, const list_data& d, const dbuf& idx, const dbuf& ptr,
-                             const dbuf& len, int width, bool use_lengths) {
+dsv4_mod_index_list mod_list(const explicit_case& c, const list_data& d, const dbuf& idx,
+                             const dbuf& ptr, const dbuf& len, int width, bool use_lengths) {
   dsv4_mod_index_list l{};
   l.indices = idx.as<int32_t>();
   l.width = width;
@@ -257,10 +263,12 @@ struct explicit_problem {
 void upload_q(explicit_problem& P) {
   const explicit_case& c = P.c;
   const size_t es = c.q_fp8 ? 1 : 2;
-  const void* host = c.q_fp8 ? static_cast<const void*>(P.q_fp8.data()) : static_cast<const void*>(P.q_bf16.data());
+  const void* host = c.q_fp8 ? static_cast<const void*>(P.q_fp8.data())
+                             : static_cast<const void*>(P.q_bf16.data());
   const size_t dqk = static_cast<size_t>(dsv4::layout_head_dim_qk(c.layout));
   const size_t rows = static_cast<size_t>(c.batch) * c.seq_q * c.heads;
-  CUDA_OK(cudaMemcpy2D(P.d_q.p, (dqk + c.q_pad) * es, host, dqk * es, dqk * es, rows, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy2D(P.d_q.p, (dqk + c.q_pad) * es, host, dqk * es, dqk * es, rows,
+                       cudaMemcpyHostToDevice));
 }
 
 void build_explicit(explicit_problem& P, std::mt19937_64& rng) {
@@ -269,14 +277,16 @@ void build_explicit(explicit_problem& P, std::mt19937_64& rng) {
   const int H = c.heads;
   const bool has_extra = c.extra_layout != DSV4_KV_LAYOUT_NONE;
   P.main.init(c.layout, c.block, c.slots, c.stride_pad, c.kv_scale, rng);
-  if (has_extra) P.extra.init(c.extra_layout, c.extra_block, c.extra_slots, c.stride_pad, c.kv_scale, rng);
+  if (has_extra)
+    P.extra.init(c.extra_layout, c.extra_block, c.extra_slots, c.stride_pad, c.kv_scale, rng);
   if (c.special_rows) {
     P.main.add_special_rows();
     if (has_extra) P.extra.add_special_rows();
   }
   const int dqk = dsv4::layout_head_dim_qk(c.layout);
   P.main_lists = make_lists(rng, c, c.topk, P.main.capacity(), c.lengths);
-  if (has_extra) P.extra_lists = make_lists(rng, c, c.extra_topk, P.extra.capacity(), c.extra_lengths);
+  if (has_extra)
+    P.extra_lists = make_lists(rng, c, c.extra_topk, P.extra.capacity(), c.extra_lengths);
   if (c.lone_nan_key) isolate_nan_key(c, P.main_lists, c.topk);
   poison_unreferenced(P.main, P.main_lists.ref);
   if (c.lone_nan_key) P.main.poison(P.main_lists.ref[0].idx[0]);
@@ -326,7 +336,8 @@ void build_explicit(explicit_problem& P, std::mt19937_64& rng) {
   P.ref.num_tokens = T;
   P.ref.num_heads = H;
   P.ref.head_dim_qk = dqk;
-  P.ref.scale = c.softmax_scale != 0.0f ? c.softmax_scale : 1.0 / std::sqrt(static_cast<double>(dqk));
+  P.ref.scale =
+      c.softmax_scale != 0.0f ? c.softmax_scale : 1.0 / std::sqrt(static_cast<double>(dqk));
   P.ref.scale = static_cast<double>(static_cast<float>(P.ref.scale));
   P.ref.sink.assign(P.sink.begin(), P.sink.end());
   P.ref.main = P.main.ref();
@@ -373,7 +384,8 @@ void build_explicit(explicit_problem& P, std::mt19937_64& rng) {
   r.seq_q = c.seq_q;
   const int64_t qs = static_cast<int64_t>(H) * (dqk + c.q_pad);
   r.q = dsv4_mod_token_view{P.d_q.p, c.seq_q * qs, qs, dqk + c.q_pad};
-  r.out = dsv4_mod_token_view{P.d_out.p, static_cast<int64_t>(c.seq_q) * H * 512, static_cast<int64_t>(H) * 512, 512};
+  r.out = dsv4_mod_token_view{P.d_out.p, static_cast<int64_t>(c.seq_q) * H * 512,
+                              static_cast<int64_t>(H) * 512, 512};
   if (c.lse_bhs) {
     r.lse = dsv4_mod_token_view{P.d_lse.p, static_cast<int64_t>(H) * c.seq_q, 1, c.seq_q};
   } else {
@@ -386,7 +398,8 @@ void build_explicit(explicit_problem& P, std::mt19937_64& rng) {
   r.attn_sink = c.sink ? P.d_sink.as<float>() : nullptr;
   r.main_list = mod_list(c, P.main_lists, P.d_idx[0], P.d_ptr[0], P.d_len[0], c.topk, c.lengths);
   if (has_extra)
-    r.extra_list = mod_list(c, P.extra_lists, P.d_idx[1], P.d_ptr[1], P.d_len[1], c.extra_topk, c.extra_lengths);
+    r.extra_list = mod_list(c, P.extra_lists, P.d_idx[1], P.d_ptr[1], P.d_len[1], c.extra_topk,
+                            c.extra_lengths);
 }
 
 // Downloads out / lse / max_logits in [T][H](*512) order as doubles.
@@ -402,7 +415,8 @@ void download_results(const explicit_problem& P, int T, int H, int S, std::vecto
   for (int t = 0; t < T; ++t) {
     for (int h = 0; h < H; ++h) {
       const int b = t / S, s = t % S;
-      const size_t src = P.c.lse_bhs ? (static_cast<size_t>(b) * H + h) * S + s : static_cast<size_t>(t) * H + h;
+      const size_t src =
+          P.c.lse_bhs ? (static_cast<size_t>(b) * H + h) * S + s : static_cast<size_t>(t) * H + h;
       (*lse)[static_cast<size_t>(t) * H + h] = l[src];
       (*ml)[static_cast<size_t>(t) * H + h] = m[src];
     }
@@ -410,19 +424,23 @@ void download_results(const explicit_problem& P, int T, int H, int S, std::vecto
 }
 
 bool check_against_reference(const dsv4test::RefProblem& ref, const std::vector<double>& out,
-                             const std::vector<double>& lse, const std::vector<double>& ml, const std::string& name) {
+                             const std::vector<double>& lse, const std::vector<double>& ml,
+                             const std::string& name) {
   const dsv4test::RefResult want = dsv4test::reference_attention(ref);
   std::string msg;
-  bool ok = compare(out, want.out, kOutTol, "out", &msg) && compare(lse, want.lse, kLseTol, "lse", &msg) &&
+  bool ok = compare(out, want.out, kOutTol, "out", &msg) &&
+            compare(lse, want.lse, kLseTol, "lse", &msg) &&
             compare(ml, want.max_logits, kLseTol, "max_logits", &msg);
-  if (!ok) std::printf("FAIL %s: %s (seed %llu)\n", name.c_str(), msg.c_str(), static_cast<unsigned long long>(g_seed));
+  if (!ok)
+    std::printf("FAIL %s: %s (seed %llu)\n", name.c_str(), msg.c_str(),
+                static_cast<unsigned long long>(g_seed));
   return ok;
 }
 
 // Runs the same explicit problem through the CPU module on host copies of every input and
 // compares with the CUDA results (FlashMLA tolerances: both round P / outputs differently).
-bool cross_check_cpu(const explicit_problem& P, const std::vector<double>& out, const std::vector<double>& lse,
-                     const std::vector<double>& ml) {
+bool cross_check_cpu(const explicit_problem& P, const std::vector<double>& out,
+                     const std::vector<double>& lse, const std::vector<double>& ml) {
   if (g_cpu == nullptr) return true;
   const explicit_case& c = P.c;
   const int T = c.batch * c.seq_q, H = c.heads;
@@ -444,7 +462,8 @@ bool cross_check_cpu(const explicit_problem& P, const std::vector<double>& out, 
   r.lse.data = h_lse.data();
   r.max_logits.data = h_ml.data();
   r.swa_cache.base = const_cast<uint8_t*>(P.main.bytes.data());
-  if (r.extra_cache.base != nullptr) r.extra_cache.base = const_cast<uint8_t*>(P.extra.bytes.data());
+  if (r.extra_cache.base != nullptr)
+    r.extra_cache.base = const_cast<uint8_t*>(P.extra.bytes.data());
   r.attn_sink = c.sink ? P.sink.data() : nullptr;
   const list_data* ld[2] = {&P.main_lists, &P.extra_lists};
   dsv4_mod_index_list* ml_[2] = {&r.main_list, &r.extra_list};
@@ -465,15 +484,19 @@ bool cross_check_cpu(const explicit_problem& P, const std::vector<double>& out, 
   for (int t = 0; t < T; ++t) {
     for (int h = 0; h < H; ++h) {
       const int b = t / c.seq_q, s = t % c.seq_q;
-      const size_t src = c.lse_bhs ? (static_cast<size_t>(b) * H + h) * c.seq_q + s : static_cast<size_t>(t) * H + h;
+      const size_t src = c.lse_bhs ? (static_cast<size_t>(b) * H + h) * c.seq_q + s
+                                   : static_cast<size_t>(t) * H + h;
       clse[static_cast<size_t>(t) * H + h] = h_lse[src];
       cml[static_cast<size_t>(t) * H + h] = h_ml[src];
     }
   }
   std::string msg;
-  const bool ok = compare(out, cout_, kOutTol, "out vs cpu", &msg) && compare(lse, clse, kLseTol, "lse vs cpu", &msg) &&
+  const bool ok = compare(out, cout_, kOutTol, "out vs cpu", &msg) &&
+                  compare(lse, clse, kLseTol, "lse vs cpu", &msg) &&
                   compare(ml, cml, kLseTol, "max_logits vs cpu", &msg);
-  if (!ok) std::printf("FAIL %s: %s (seed %llu)\n", c.name.c_str(), msg.c_str(), static_cast<unsigned long long>(g_seed));
+  if (!ok)
+    std::printf("FAIL %s: %s (seed %llu)\n", c.name.c_str(), msg.c_str(),
+                static_cast<unsigned long long>(g_seed));
   return ok;
 }
 
@@ -501,8 +524,8 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
   P.run.workspace = plan.workspace > 0 ? static_cast<uint8_t*>(P.d_ws.p) + 4 : nullptr;
   P.run.workspace_bytes = plan.workspace;
   const int T = c.batch * c.seq_q;
-  // Poison outputs (every element must be written) and the workspace (NaN partials: the combine must
-  // read only what the attention grid stored).
+  // Poison outputs (every element must be written) and the workspace (NaN partials: the combine
+  // must read only what the attention grid stored).
   CUDA_OK(cudaMemset(P.d_ws.p, 0xff, P.d_ws.bytes));
   CUDA_OK(cudaMemset(P.d_out.p, 0xff, P.d_out.bytes));
   CUDA_OK(cudaMemset(P.d_lse.p, 0xff, P.d_lse.bytes));
@@ -519,7 +542,8 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
   if (!cross_check_cpu(P, out, lse, ml)) return false;
 
   if (graph_check) {
-    // Capture one run into a graph, then replay it with new q and cache contents in the same buffers.
+    // Capture one run into a graph, then replay it with new q and cache contents in the same
+    // buffers.
     cudaStream_t stream;
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     P.run.stream = stream;
@@ -551,8 +575,8 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
     cudaStreamDestroy(stream);
     for (size_t i = 0; i < out.size(); ++i) {
       if (std::memcmp(&out[i], &gout[i], sizeof(double)) != 0) {
-        std::printf("FAIL %s: graph replay differs from eager at %zu (seed %llu)\n", c.name.c_str(), i,
-                    static_cast<unsigned long long>(g_seed));
+        std::printf("FAIL %s: graph replay differs from eager at %zu (seed %llu)\n", c.name.c_str(),
+                    i, static_cast<unsigned long long>(g_seed));
         return false;
       }
     }
@@ -565,19 +589,19 @@ bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool 
 // Paged mode
 struct paged_case {
   std::string name;
-  int ratio = 4;               // 1, 4, 128
+  int ratio = 4;  // 1, 4, 128
   uint32_t layout = DSV4_KV_LAYOUT_FP8_V4_584B;
   int heads = 64;
   int decodes = 6;
-  int decode_len = 2;          // MTP
+  int decode_len = 2;  // MTP
   int prefills = 2;
   int max_prefill_len = 40;
   int max_seq = 700;
   int swa_block = 64;
   int index_topk = 64;
   int64_t max_model_len = 4096;
-  int padding_tokens = 3;      // extra tokens beyond the last request
-  bool order = false;          // DSV4_CUDA_ORDER=1 on the wgmma kernel, one split: tokens longest first
+  int padding_tokens = 3;  // extra tokens beyond the last request
+  bool order = false;      // DSV4_CUDA_ORDER=1 on the wgmma kernel, one split: tokens longest first
 };
 
 bool run_paged_case(const module& m, void* ctx, const paged_case& c) {
@@ -596,7 +620,8 @@ bool run_paged_case(const module& m, void* ctx, const paged_case& c) {
   std::vector<int> qlen(R), seq(R);
   for (int r = 0; r < R; ++r) {
     const bool dec = r < c.decodes;
-    qlen[r] = dec ? 1 + static_cast<int>(rng() % c.decode_len) : c.decode_len + 1 + static_cast<int>(rng() % c.max_prefill_len);
+    qlen[r] = dec ? 1 + static_cast<int>(rng() % c.decode_len)
+                  : c.decode_len + 1 + static_cast<int>(rng() % c.max_prefill_len);
     seq[r] = qlen[r] + static_cast<int>(rng() % (c.max_seq - qlen[r]));
   }
   b.query_start_loc.push_back(0);
@@ -623,7 +648,8 @@ bool run_paged_case(const module& m, void* ctx, const paged_case& c) {
     b.cmp_block_table.assign(cp.begin(), cp.begin() + static_cast<int64_t>(R) * cmp_cols);
   }
   b.slot_mapping.assign(T, 0);
-  for (int t = 0; t < T; ++t) b.slot_mapping[t] = (t >= b.query_start_loc.back() || rng() % 11 == 0) ? -1 : t;
+  for (int t = 0; t < T; ++t)
+    b.slot_mapping[t] = (t >= b.query_start_loc.back() || rng() % 11 == 0) ? -1 : t;
   if (c.ratio == 4) {
     b.topk_indices.assign(static_cast<size_t>(T) * c.index_topk, -1);
     for (int r = 0; r < R; ++r) {
@@ -635,7 +661,8 @@ bool run_paged_case(const module& m, void* ctx, const paged_case& c) {
         std::iota(cand.begin(), cand.end(), 0);
         std::shuffle(cand.begin(), cand.end(), rng);
         const int k = std::min(n, c.index_topk);
-        for (int j = 0; j < k; ++j) b.topk_indices[static_cast<size_t>(t) * c.index_topk + j] = cand[j];
+        for (int j = 0; j < k; ++j)
+          b.topk_indices[static_cast<size_t>(t) * c.index_topk + j] = cand[j];
       }
     }
   }
@@ -645,7 +672,8 @@ bool run_paged_case(const module& m, void* ctx, const paged_case& c) {
   swa.init(c.layout, c.swa_block, swa_blocks * c.swa_block, 0, 1.0f, rng);
   poison_unreferenced(swa, lists.swa);
   if (c.ratio > 1) {
-    cmp.init(c.layout, static_cast<int32_t>(cfg.cmp_block_size), cmp_blocks * cfg.cmp_block_size, 0, 1.0f, rng);
+    cmp.init(c.layout, static_cast<int32_t>(cfg.cmp_block_size), cmp_blocks * cfg.cmp_block_size, 0,
+             1.0f, rng);
     poison_unreferenced(cmp, lists.cmp);
   }
   const int H = c.heads;
@@ -703,14 +731,15 @@ bool run_paged_case(const module& m, void* ctx, const paged_case& c) {
   }
   plan_holder& plan = *plan_ptr;
 
-  dbuf d_q(q.size() * 2), d_swa(swa.bytes.size()), d_cmp(std::max<size_t>(1, cmp.bytes.size())), d_sink(H * 4);
+  dbuf d_q(q.size() * 2), d_swa(swa.bytes.size()), d_cmp(std::max<size_t>(1, cmp.bytes.size())),
+      d_sink(H * 4);
   d_q.upload(q);
   d_swa.upload(swa.bytes);
   if (c.ratio > 1) d_cmp.upload(cmp.bytes);
   d_sink.upload(sink);
-  dbuf d_qsl(b.query_start_loc.size() * 4), d_seq(b.seq_lens.size() * 4), d_sbt(b.swa_block_table.size() * 4),
-      d_cbt(std::max<size_t>(1, b.cmp_block_table.size()) * 4), d_slot(b.slot_mapping.size() * 4),
-      d_topk(std::max<size_t>(1, b.topk_indices.size()) * 4);
+  dbuf d_qsl(b.query_start_loc.size() * 4), d_seq(b.seq_lens.size() * 4),
+      d_sbt(b.swa_block_table.size() * 4), d_cbt(std::max<size_t>(1, b.cmp_block_table.size()) * 4),
+      d_slot(b.slot_mapping.size() * 4), d_topk(std::max<size_t>(1, b.topk_indices.size()) * 4);
   d_qsl.upload(b.query_start_loc);
   d_seq.upload(b.seq_lens);
   d_sbt.upload(b.swa_block_table);
@@ -765,8 +794,8 @@ bool run_paged_case(const module& m, void* ctx, const paged_case& c) {
   const auto lf = d_lse.download<float>(static_cast<size_t>(T) * H);
   const auto mf = d_ml.download<float>(static_cast<size_t>(T) * H);
   return check_against_reference(ref, out, std::vector<double>(lf.begin(), lf.end()),
-                                 std::vector<double>(mf.begin(), mf.end()), c.name + " [" +
-                                 dsv4test::ref_describe_batch(b) + "]");
+                                 std::vector<double>(mf.begin(), mf.end()),
+                                 c.name + " [" + dsv4test::ref_describe_batch(b) + "]");
 }
 
 std::vector<explicit_case> explicit_cases() {
@@ -846,7 +875,8 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   {
-    explicit_case c;  // the mma.sync kernel with 64-head tiles (Hopper uses the wgmma kernel by default)
+    explicit_case
+        c;  // the mma.sync kernel with 64-head tiles (Hopper uses the wgmma kernel by default)
     c.name = "mma-v4-decode-h64-b80";
     c.kernel = "mma";
     c.batch = 80;
@@ -926,8 +956,8 @@ std::vector<explicit_case> explicit_cases() {
   }
   {
     // softmax_scale x q_scale x kv_scale underflows to 0 in fp32. The module clamps the kernels'
-    // logit scale to FLT_MIN: every weight equal, as in the reference, where 0 would turn the Hopper
-    // softmax's masked keys (unscaled -inf logits times the scale) into NaN.
+    // logit scale to FLT_MIN: every weight equal, as in the reference, where 0 would turn the
+    // Hopper softmax's masked keys (unscaled -inf logits times the scale) into NaN.
     explicit_case c;
     c.name = "sm90-per-tensor-fp8-q-h64-scale-underflow";
     per_tensor_fp8_q(c);
@@ -967,7 +997,8 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   {
-    explicit_case c;  // strided q rows (pitch 576): the tensor-map Q load with a head stride, 96 heads
+    explicit_case
+        c;  // strided q rows (pitch 576): the tensor-map Q load with a head stride, 96 heads
     c.name = "sm90-bf16-h96-qpad";
     c.layout = DSV4_KV_LAYOUT_BF16;
     c.heads = 96;
@@ -1030,7 +1061,8 @@ std::vector<explicit_case> explicit_cases() {
     };
     split_case("sm90-splits3-v4-h40", 3, 40, [](explicit_case&) {});
     split_case("sm90-splits15-v4-h96", 15, 96, [](explicit_case& d) { d.special_rows = true; });
-    // An odd head count on the small-head kernel, merged by the general merge (more than 12 splits).
+    // An odd head count on the small-head kernel, merged by the general merge (more than 12
+    // splits).
     split_case("sm90-splits15-v4-h13", 15, 13, [](explicit_case& d) { d.special_rows = true; });
     split_case("sm90-splits5-bf16-h128", 5, 128, [](explicit_case& d) {
       d.layout = d.extra_layout = DSV4_KV_LAYOUT_BF16;
@@ -1144,8 +1176,8 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   {
-    // The planner's own choice: uniform items (dense lists, no lengths), > 4 waves of CTAs on an H100
-    // or H200 (132 SMs: 560 items).
+    // The planner's own choice: uniform items (dense lists, no lengths), > 4 waves of CTAs on an
+    // H100 or H200 (132 SMs: 560 items).
     explicit_case c;
     c.name = "sm90-persist-default-v4-h64-T560";
     c.batch = 280;
@@ -1197,9 +1229,9 @@ std::vector<explicit_case> explicit_cases() {
     c.extra_topk = 192;
     add(c);
   }
-  // The small-head kernel's 16- and 32-head tiles for > 32 heads (what the planner picks for runs of
-  // few tokens and for medium runs): several head groups per token, partial last groups (120 heads
-  // = 7 x 16 + 8 = 3 x 32 + 24, 40 = 2 x 16 + 8 = 32 + 8), splits, every layout.
+  // The small-head kernel's 16- and 32-head tiles for > 32 heads (what the planner picks for runs
+  // of few tokens and for medium runs): several head groups per token, partial last groups (120
+  // heads = 7 x 16 + 8 = 3 x 32 + 24, 40 = 2 x 16 + 8 = 32 + 8), splits, every layout.
   for (const bool tiles32 : {false, true}) {
     const std::string prefix = tiles32 ? "sm90s-wide32-" : "sm90s-wide-";
     explicit_case c;
@@ -1249,7 +1281,8 @@ std::vector<explicit_case> explicit_cases() {
     c.special_rows = h != 20;
     add(c);
     if (h == 8) {
-      // Small-head tiles gather FP8 rows by the bulk-copy engine; the producers' own loads stay covered.
+      // Small-head tiles gather FP8 rows by the bulk-copy engine; the producers' own loads stay
+      // covered.
       explicit_case d = c;
       d.name = "sm90s-loads-v4-h8";
       d.row_loads = true;
@@ -1285,8 +1318,8 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   // Partial tiles of the 584 B layout with splits, odd block sizes, extreme-scale and NaN-byte rows
-  // and short lengths: 16-head tiles (1, 5, 13 heads) and staged 32-head tiles with a partial second
-  // half (24 heads).
+  // and short lengths: 16-head tiles (1, 5, 13 heads) and staged 32-head tiles with a partial
+  // second half (24 heads).
   for (int h : {1, 5, 13, 24}) {
     explicit_case c;
     c.name = "sm90s-v4-h" + std::to_string(h) + "-b1-splits";
@@ -1330,7 +1363,8 @@ std::vector<explicit_case> explicit_cases() {
     c.topk = 64;
     c.extra_topk = 257;
     add(c);
-    // The 8-head consumer behind the bf16 producers' copies, with splits (two tokens) and odd blocks.
+    // The 8-head consumer behind the bf16 producers' copies, with splits (two tokens) and odd
+    // blocks.
     c.name = "sm90s-bf16-h6-b1-splits";
     c.heads = 6;
     c.seq_q = 2;
@@ -1351,7 +1385,8 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   {
-    explicit_case c;  // 32-head tiles (the wgmma consumer; heads 16..27 a partial second half), few tokens: splits
+    explicit_case c;  // 32-head tiles (the wgmma consumer; heads 16..27 a partial second half), few
+                      // tokens: splits
     c.name = "sm90s-per-tensor-fp8-q-h28";
     c.special_rows = true;
     per_tensor_fp8_q(c);
@@ -1555,7 +1590,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const char* env_seed = std::getenv("DSV4_TEST_SEED");
-  g_seed = env_seed != nullptr ? std::strtoull(env_seed, nullptr, 0) : std::random_device{}() * 0x100000001ull;
+  g_seed = env_seed != nullptr ? std::strtoull(env_seed, nullptr, 0)
+                               : std::random_device{}() * 0x100000001ull;
   const std::string filter = argc > 2 ? argv[2] : "";
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress is visible even if a case hangs
   try {
@@ -1580,7 +1616,8 @@ int main(int argc, char** argv) {
       const bool graph = (!graph_done && !c.q_fp8) || c.graph;
       graph_done = true;
       const bool ok = run_explicit_case(m, ctx.ctx, c, graph);
-      std::printf("%s %s%s\n", ok ? "ok  " : "FAIL", c.name.c_str(), graph ? " (+graph replay)" : "");
+      std::printf("%s %s%s\n", ok ? "ok  " : "FAIL", c.name.c_str(),
+                  graph ? " (+graph replay)" : "");
       ok ? ++passed : ++failures;
     }
     for (const auto& c : paged_cases()) {
@@ -1592,9 +1629,13 @@ int main(int argc, char** argv) {
     // Several contexts on several GPUs: while device 0's context lives, a context on each other
     // device runs one case of every kernel family there (CTA pairs with a graph replay, mma.sync,
     // wgmma alone, splits, the small-head kernel's 16- and 32-head tiles, paged list building).
-    const char* const other_device_cases[] = {"v4-decode-h128", "mma-v4-h8", "sm90-v4-decode-h64-b80",
-                                              "sm90-lone-nan-key-v4-h128-splits16", "sm90s-v4-decode-h16-b80",
-                                              "sm90s-per-tensor-fp8-q-h28", "paged-c4a-h64"};
+    const char* const other_device_cases[] = {"v4-decode-h128",
+                                              "mma-v4-h8",
+                                              "sm90-v4-decode-h64-b80",
+                                              "sm90-lone-nan-key-v4-h128-splits16",
+                                              "sm90s-v4-decode-h16-b80",
+                                              "sm90s-per-tensor-fp8-q-h28",
+                                              "paged-c4a-h64"};
     auto on_other_device = [&](const std::string& name) {
       for (const char* n : other_device_cases)
         if (name == n) return true;
@@ -1610,7 +1651,8 @@ int main(int argc, char** argv) {
           if (!on_other_device(c.name)) continue;
           const bool graph = c.name == other_device_cases[0];  // a graph captured on device d too
           const bool ok = run_explicit_case(m, other.ctx, c, graph);
-          std::printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", c.name.c_str(), tag.c_str(), graph ? " (+graph replay)" : "");
+          std::printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", c.name.c_str(), tag.c_str(),
+                      graph ? " (+graph replay)" : "");
           ok ? ++passed : ++failures;
           ++run;
         }
@@ -1622,14 +1664,16 @@ int main(int argc, char** argv) {
           ++run;
         }
         if (run != std::size(other_device_cases)) {  // a case was renamed: the list must follow
-          std::printf("FAIL device %d ran %zu of the %zu named cases\n", d, run, std::size(other_device_cases));
+          std::printf("FAIL device %d ran %zu of the %zu named cases\n", d, run,
+                      std::size(other_device_cases));
           ++failures;
         }
       }
       CUDA_OK(cudaSetDevice(0));
     }
     if (g_cpu != nullptr) g_cpu->ctx_destroy(g_cpu_ctx);
-    std::printf("%d passed, %d failed (seed %llu)\n", passed, failures, static_cast<unsigned long long>(g_seed));
+    std::printf("%d passed, %d failed (seed %llu)\n", passed, failures,
+                static_cast<unsigned long long>(g_seed));
     return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::printf("FAIL: %s (seed %llu)\n", e.what(), static_cast<unsigned long long>(g_seed));

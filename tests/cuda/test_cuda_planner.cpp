@@ -41,7 +41,8 @@ run_planner make_planner(int heads, int chunks, uint32_t layout, bool hopper, in
 }
 
 std::string describe(const tiling& t, const split_plan& s) {
-  return std::string(tiling_kernel(t)) + " h" + std::to_string(tiling_heads(t)) + " x" + std::to_string(s.splits);
+  return std::string(tiling_kernel(t)) + " h" + std::to_string(tiling_heads(t)) + " x" +
+         std::to_string(s.splits);
 }
 
 // What a run of `tokens` tokens takes, as "kernel hN xS".
@@ -72,22 +73,25 @@ TEST(CudaPlanner, RunsCoverTheirChunksAndFitTheWorkspace) {
               const size_t rows = max_partial_rows(p, max_tokens);
               for (int64_t t : token_counts) {
                 for (bool sm90_ok : {false, true}) {
-                  SCOPED_TRACE("sms " + std::to_string(sms) + " heads " + std::to_string(heads) + " layout " +
-                               std::to_string(layout) + " chunks " + std::to_string(chunks) + " hopper " +
-                               std::to_string(hopper) + " knob " + std::to_string(knob) + " tokens " +
-                               std::to_string(t) + " sm90_ok " + std::to_string(sm90_ok));
+                  SCOPED_TRACE("sms " + std::to_string(sms) + " heads " + std::to_string(heads) +
+                               " layout " + std::to_string(layout) + " chunks " +
+                               std::to_string(chunks) + " hopper " + std::to_string(hopper) +
+                               " knob " + std::to_string(knob) + " tokens " + std::to_string(t) +
+                               " sm90_ok " + std::to_string(sm90_ok));
                   split_plan s;
                   const tiling tl = choose_tiling(p, t, sm90_ok, &s);
                   ASSERT_GT(tl.head_tiles, 0);
                   ASSERT_GE(tl.head_groups * tiling_heads(tl), heads);
                   ASSERT_GE(s.splits, 1);
-                  ASSERT_GE(s.splits * s.chunks_per_split, chunks);       // every chunk has a split
-                  ASSERT_LT((s.splits - 1) * s.chunks_per_split, chunks);  // and every split a chunk
+                  ASSERT_GE(s.splits * s.chunks_per_split, chunks);  // every chunk has a split
+                  ASSERT_LT((s.splits - 1) * s.chunks_per_split,
+                            chunks);  // and every split a chunk
                   ASSERT_TRUE(p.max_splits == 0 || s.splits <= p.max_splits);
                   ASSERT_TRUE((hopper && sm90_ok) || !(tl.sm90 || tl.sm90_small));
                   if (s.splits > 1) {
                     ASSERT_LE(t, max_tokens);  // only runs a plan admits get here
-                    ASSERT_LE(static_cast<size_t>(t) * s.splits, rows) << "partials beyond the workspace";
+                    ASSERT_LE(static_cast<size_t>(t) * s.splits, rows)
+                        << "partials beyond the workspace";
                     ASSERT_LE(t * tl.head_groups * s.splits, 4LL * sms * tl.ctas_per_sm);
                   }
                   const bool wider = hopper && sm90_ok && heads > 32;
@@ -97,15 +101,15 @@ TEST(CudaPlanner, RunsCoverTheirChunksAndFitTheWorkspace) {
                   }
                   ASSERT_FALSE(wider && p.force_sm90_narrow < 0 && tl.sm90_small);
                   // bf16 runs take 32-head tiles of a wider plan only when asked.
-                  ASSERT_FALSE(wider && layout == kBf16 && p.force_sm90_narrow != 2 && tl.sm90_small &&
-                               tiling_heads(tl) == 32);
+                  ASSERT_FALSE(wider && layout == kBf16 && p.force_sm90_narrow != 2 &&
+                               tl.sm90_small && tiling_heads(tl) == 32);
                 }
               }
             }
 }
 
-// Tokens longest first: the wgmma kernel's one-split runs of uneven tokens over more than one wave of
-// CTAs (pairs count as two), or any such run when DSV4_CUDA_ORDER=1 asks.
+// Tokens longest first: the wgmma kernel's one-split runs of uneven tokens over more than one wave
+// of CTAs (pairs count as two), or any such run when DSV4_CUDA_ORDER=1 asks.
 TEST(CudaPlanner, LongestTokensFirst) {
   for (int heads : {64, 128}) {
     SCOPED_TRACE("heads " + std::to_string(heads));
@@ -133,7 +137,8 @@ TEST(CudaPlanner, LongestTokensFirst) {
   }
 }
 
-// The split floor: honoured where the workspace allows it, else the modelled best of what it allows.
+// The split floor: honoured where the workspace allows it, else the modelled best of what it
+// allows.
 TEST(CudaPlanner, MinSplitsFloor) {
   run_planner config2 = make_planner(128, 18, kFp8, true);
   config2.min_splits = 9;  // b=2: 4 tokens; only the wgmma kernel's 8 CTAs can take 9 splits
@@ -153,22 +158,33 @@ struct measured_pick {
   const char* fastest;
 };
 
-// The H200's measured fastest choices (docs/performance.md round 42: forced tilings and split counts,
-// and the planner's picks logged by DSV4_CUDA_LOG_RUNS). Where a case had several within the noise,
-// the planner's is listed.
+// The H200's measured fastest choices (docs/performance.md round 42: forced tilings and split
+// counts, and the planner's picks logged by DSV4_CUDA_LOG_RUNS). Where a case had several within
+// the noise, the planner's is listed.
 TEST(CudaPlanner, H200PicksTheMeasuredFastest) {
   const measured_pick cases[] = {
-      {"CONFIG1", 64, 10, kFp8, 2, "sm90-mma h32 x10"},   {"CONFIG1", 64, 10, kFp8, 8, "sm90-mma h32 x4"},
-      {"CONFIG1", 64, 10, kFp8, 16, "sm90-mma h32 x2"},   {"CONFIG1", 64, 10, kFp8, 32, "sm90-mma h32 x1"},
-      {"CONFIG1", 64, 10, kFp8, 64, "wgmma h64 x1"},      {"CONFIG1", 64, 10, kFp8, 256, "wgmma h64 x1"},
-      {"CONFIG2", 128, 18, kFp8, 2, "sm90-mma h32 x6"},   {"CONFIG2", 128, 18, kFp8, 8, "wgmma h64 x4"},
-      {"CONFIG2", 128, 18, kFp8, 16, "sm90-mma h32 x1"},  {"CONFIG2", 128, 18, kFp8, 32, "wgmma h64 x1"},
-      {"CONFIG2", 128, 18, kFp8, 128, "wgmma h64 x1"},    {"CONFIG3", 64, 18, kFp8, 2, "sm90-mma h32 x9"},
-      {"CONFIG3", 64, 18, kFp8, 8, "sm90-mma h32 x4"},    {"CONFIG3", 64, 18, kFp8, 16, "wgmma h64 x4"},
-      {"CONFIG3", 64, 18, kFp8, 32, "sm90-mma h32 x1"},   {"CONFIG3", 64, 18, kFp8, 64, "wgmma h64 x1"},
-      {"bf16 CONFIG1", 64, 10, kBf16, 2, "sm90-mma h16 x5"}, {"bf16 CONFIG2", 128, 18, kBf16, 2, "wgmma h64 x9"},
-      {"bf16 CONFIG1", 64, 10, kBf16, 64, "wgmma h64 x1"}, {"CONFIG1 h8", 8, 10, kFp8, 2, "sm90-mma h8 x10"},
-      {"CONFIG1 h8", 8, 10, kFp8, 64, "sm90-mma h8 x1"},  {"CONFIG1 h32", 32, 10, kFp8, 64, "sm90-mma h32 x1"},
+      {"CONFIG1", 64, 10, kFp8, 2, "sm90-mma h32 x10"},
+      {"CONFIG1", 64, 10, kFp8, 8, "sm90-mma h32 x4"},
+      {"CONFIG1", 64, 10, kFp8, 16, "sm90-mma h32 x2"},
+      {"CONFIG1", 64, 10, kFp8, 32, "sm90-mma h32 x1"},
+      {"CONFIG1", 64, 10, kFp8, 64, "wgmma h64 x1"},
+      {"CONFIG1", 64, 10, kFp8, 256, "wgmma h64 x1"},
+      {"CONFIG2", 128, 18, kFp8, 2, "sm90-mma h32 x6"},
+      {"CONFIG2", 128, 18, kFp8, 8, "wgmma h64 x4"},
+      {"CONFIG2", 128, 18, kFp8, 16, "sm90-mma h32 x1"},
+      {"CONFIG2", 128, 18, kFp8, 32, "wgmma h64 x1"},
+      {"CONFIG2", 128, 18, kFp8, 128, "wgmma h64 x1"},
+      {"CONFIG3", 64, 18, kFp8, 2, "sm90-mma h32 x9"},
+      {"CONFIG3", 64, 18, kFp8, 8, "sm90-mma h32 x4"},
+      {"CONFIG3", 64, 18, kFp8, 16, "wgmma h64 x4"},
+      {"CONFIG3", 64, 18, kFp8, 32, "sm90-mma h32 x1"},
+      {"CONFIG3", 64, 18, kFp8, 64, "wgmma h64 x1"},
+      {"bf16 CONFIG1", 64, 10, kBf16, 2, "sm90-mma h16 x5"},
+      {"bf16 CONFIG2", 128, 18, kBf16, 2, "wgmma h64 x9"},
+      {"bf16 CONFIG1", 64, 10, kBf16, 64, "wgmma h64 x1"},
+      {"CONFIG1 h8", 8, 10, kFp8, 2, "sm90-mma h8 x10"},
+      {"CONFIG1 h8", 8, 10, kFp8, 64, "sm90-mma h8 x1"},
+      {"CONFIG1 h32", 32, 10, kFp8, 64, "sm90-mma h32 x1"},
   };
   for (const measured_pick& c : cases) {
     const run_planner p = make_planner(c.heads, c.chunks, c.layout, true);
@@ -176,16 +192,17 @@ TEST(CudaPlanner, H200PicksTheMeasuredFastest) {
   }
 }
 
-// Without the Hopper kernels (sm_80..89, or caches not 16-byte aligned) runs stay on mma.sync tiles.
+// Without the Hopper kernels (sm_80..89, or caches not 16-byte aligned) runs stay on mma.sync
+// tiles.
 TEST(CudaPlanner, WithoutHopperKernels) {
   const run_planner p = make_planner(64, 10, kFp8, true);
   for (int64_t t : {1, 4, 64, 512}) EXPECT_EQ(pick(p, t, false).rfind("mma h", 0), 0u) << t;
 }
 
 // Persistent small-head CTAs (attention_sm90_small_persistent): 16-head tiles of staged FP8 rows,
-// one split, from three waves of uniform items (8 heads at b=128, 1.9 waves on 132 SMs, stay one CTA
-// per item; b=256 runs persistent); DSV4_CUDA_PERSISTENT's forced CTAs take any lengths once the items
-// outnumber them.
+// one split, from three waves of uniform items (8 heads at b=128, 1.9 waves on 132 SMs, stay one
+// CTA per item; b=256 runs persistent); DSV4_CUDA_PERSISTENT's forced CTAs take any lengths once
+// the items outnumber them.
 TEST(CudaPlanner, SmallHeadPersistentCtas) {
   static const int32_t entries[1] = {0};
   static const int32_t lengths[1] = {1};
@@ -211,7 +228,8 @@ TEST(CudaPlanner, SmallHeadPersistentCtas) {
   EXPECT_FALSE(persistent(3 * 132 - 1));
   EXPECT_TRUE(persistent(3 * 132));
   EXPECT_TRUE(persistent(512));  // b=256
-  // Not: 32-head tiles, split runs, rows not staged (bf16, or DSV4_CUDA_SMALL_STAGE=0), no resident count.
+  // Not: 32-head tiles, split runs, rows not staged (bf16, or DSV4_CUDA_SMALL_STAGE=0), no resident
+  // count.
   a.head_tiles = 2;
   EXPECT_FALSE(persistent(512));
   a.head_tiles = 1;

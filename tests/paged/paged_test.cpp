@@ -1,6 +1,6 @@
 // Paged mode (spec section 4) through the public API only: index lists exported by
 // dsv4_export_indices against hand-checked values and against the independent builder of
-// tests/common/reference_paged; paged dsv4_run against explicit dsv4_run fed the reference lists
+// reference/reference_paged; paged dsv4_run against explicit dsv4_run fed the reference lists
 // (bit-exact on the CPU backend) and against the float64 reference; malformed batches rejected
 // with a message and nothing written.
 //
@@ -23,6 +23,7 @@
 
 #include "compare.h"
 #include "dsv4/dsv4.h"
+#include "dsv4/dsv4_paged.h"
 #include "reference.h"
 #include "reference_paged.h"
 #include "test_device.h"

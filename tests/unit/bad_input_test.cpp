@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dsv4/dsv4.h"
+#include "dsv4/dsv4_paged.h"
 
 namespace {
 

@@ -1,11 +1,11 @@
 // Shared index arithmetic of backends/common/index.h that kernels rely on for exactness.
-#include "common/index.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <random>
 #include <vector>
+
+#include "common/index.h"
 
 namespace {
 
@@ -26,8 +26,8 @@ TEST(CommonIndex, U31DivisorIsExact) {
   for (const uint32_t d : divisors) {
     const dsv4::u31_divisor v = dsv4::make_u31_divisor(d);
     ASSERT_EQ(v.d, d);
-    std::vector<uint32_t> ns = {0, 1, d - 1, d, d + 1, kMax, kMax - 1, kMax - d + 1, kMax / d * d,
-                                kMax / d * d - 1};
+    std::vector<uint32_t> ns = {
+        0, 1, d - 1, d, d + 1, kMax, kMax - 1, kMax - d + 1, kMax / d * d, kMax / d * d - 1};
     for (int i = 0; i < 2000; ++i) ns.push_back(static_cast<uint32_t>(rng() & kMax));
     for (int i = 0; i < 200; ++i) {
       const uint64_t q = rng() % (uint64_t{kMax} / d + 1);
@@ -54,8 +54,8 @@ TEST(CommonIndex, SlotBlockBase32MatchesDivision) {
     c.block_stride_bytes = 1;
     c.num_blocks = 1 << 16;
     const dsv4::u31_divisor v = dsv4::make_u31_divisor(static_cast<uint32_t>(bs));
-    for (const int64_t wide : {int64_t{0}, int64_t{1}, int64_t{bs} - 1, int64_t{bs}, int64_t{bs} + 1, int64_t{12345},
-                               int64_t{bs} * 65535 + bs - 1}) {
+    for (const int64_t wide : {int64_t{0}, int64_t{1}, int64_t{bs} - 1, int64_t{bs},
+                               int64_t{bs} + 1, int64_t{12345}, int64_t{bs} * 65535 + bs - 1}) {
       if (wide < 0 || wide >= int64_t{bs} * 65536 || wide > 0x7fffffff) continue;
       const int32_t slot = static_cast<int32_t>(wide);
       int32_t e = -1;
@@ -67,7 +67,8 @@ TEST(CommonIndex, SlotBlockBase32MatchesDivision) {
 }
 
 // A token's list row (list_row_of: resolved once, then base[i * step]) reads the same entries as
-// list_entry, for dense lists with padded or transposed strides and several seq_q, and for CSR lists.
+// list_entry, for dense lists with padded or transposed strides and several seq_q, and for CSR
+// lists.
 TEST(CommonIndex, ListRowMatchesListEntry) {
   std::mt19937_64 rng(std::random_device{}());
   std::vector<int32_t> pool(1 << 14);
@@ -88,7 +89,8 @@ TEST(CommonIndex, ListRowMatchesListEntry) {
     for (int64_t t = 0; t < d.batch * d.seq_q; ++t) {
       const dsv4::list_row r = dsv4::list_row_of(l, t, d.seq_q);
       for (int64_t i = 0; i < d.width; ++i) {
-        ASSERT_EQ(r.base[i * r.step], dsv4::list_entry(l, t, d.seq_q, i)) << "t " << t << " i " << i;
+        ASSERT_EQ(r.base[i * r.step], dsv4::list_entry(l, t, d.seq_q, i))
+            << "t " << t << " i " << i;
       }
     }
   }

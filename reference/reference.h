@@ -15,7 +15,7 @@ struct RefCache {
   int64_t block_size = 0;
   int64_t block_stride_bytes = 0;
   int64_t num_blocks = 0;
-  double kv_scale = 1.0;          // per-tensor FP8 only
+  double kv_scale = 1.0;  // per-tensor FP8 only
 };
 
 // One candidate list of one token: raw index values as the caller wrote them, and the length cap
@@ -29,19 +29,19 @@ struct RefProblem {
   int64_t num_tokens = 0;
   int64_t num_heads = 0;
   int64_t head_dim_qk = 512;
-  std::vector<double> q;          // [T][H][d_qk] query values (already dequantised, e.g. bf16 -> double)
-  double scale = 0.0;             // logit scale
-  std::vector<double> sink;       // [H] or empty (no sink); +-inf allowed
-  RefCache main;                  // the indices / SWA cache
-  RefCache extra;                 // the extra / compressed cache (base nullptr if absent)
+  std::vector<double> q;     // [T][H][d_qk] query values (already dequantised, e.g. bf16 -> double)
+  double scale = 0.0;        // logit scale
+  std::vector<double> sink;  // [H] or empty (no sink); +-inf allowed
+  RefCache main;             // the indices / SWA cache
+  RefCache extra;            // the extra / compressed cache (base nullptr if absent)
   std::vector<RefList> main_lists;   // [T]
   std::vector<RefList> extra_lists;  // [T] or empty
 };
 
 struct RefResult {
-  std::vector<double> out;        // [T][H][512], NOT rounded to bf16
-  std::vector<double> lse;        // [T][H], natural log, sink excluded, +inf when no valid key
-  std::vector<double> max_logits; // [T][H], -inf when no valid key
+  std::vector<double> out;           // [T][H][512], NOT rounded to bf16
+  std::vector<double> lse;           // [T][H], natural log, sink excluded, +inf when no valid key
+  std::vector<double> max_logits;    // [T][H], -inf when no valid key
   std::vector<int64_t> valid_count;  // [T] number of valid candidates (for tests' own checks)
 };
 
@@ -53,8 +53,8 @@ std::vector<double> reference_decode_entry(const RefCache& c, int64_t slot);
 
 // Independent scalar codecs (spec section 3), for tests that build inputs or read outputs.
 double ref_bf16_to_double(uint16_t bits);
-uint16_t ref_double_to_bf16(double x);  // round to nearest even; NaN -> quiet NaN
-double ref_round_to_bf16(double x);     // nearest bf16 value (RNE), as a double
+uint16_t ref_double_to_bf16(double x);      // round to nearest even; NaN -> quiet NaN
+double ref_round_to_bf16(double x);         // nearest bf16 value (RNE), as a double
 double ref_e4m3fn_to_double(uint8_t bits);  // OCP float8_e4m3fn; 0x7f / 0xff are NaN
 double ref_ue8m0_to_double(uint8_t bits);   // 2^(bits-127); 0xff is NaN
 

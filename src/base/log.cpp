@@ -1,9 +1,9 @@
-#include "core/log.h"
+#include "base/log.h"
 
 #include <cstdarg>
 #include <cstdio>
 
-#include "core/env.h"
+#include "base/env.h"
 
 namespace dsv4::detail {
 

@@ -1,4 +1,4 @@
-#include "core/env.h"
+#include "base/env.h"
 
 #include <strings.h>
 

@@ -20,8 +20,8 @@ namespace dsv4 {
 using fail_fn = dsv4_status (*)(dsv4_status, const char*, ...);
 
 // The body of every module's fail(): "<module>: <message>" to the host's thread-local error.
-inline void report_module_error(const dsv4_host_services* host, const char* module, const char* format,
-                                va_list args) {
+inline void report_module_error(const dsv4_host_services* host, const char* module,
+                                const char* format, va_list args) {
   char message[512];
   const int prefix = std::snprintf(message, sizeof message, "%s: ", module);
   std::vsnprintf(message + prefix, sizeof message - static_cast<size_t>(prefix), format, args);
@@ -49,7 +49,8 @@ inline void copy_plan_options(const dsv4_plan_options& in, dsv4_plan_options* ou
   *out = dsv4_plan_options{};
   std::memcpy(out, &in, std::min<size_t>(in.struct_size, sizeof *out));
   out->struct_size = sizeof *out;
-  if (out->softmax_scale == 0.0f) out->softmax_scale = 1.0f / std::sqrt(static_cast<float>(out->head_dim_qk));
+  if (out->softmax_scale == 0.0f)
+    out->softmax_scale = 1.0f / std::sqrt(static_cast<float>(out->head_dim_qk));
 }
 
 // plan_get_workspace_size for a module plan type with a `workspace_bytes` member.
@@ -61,13 +62,17 @@ dsv4_status plan_workspace_size(fail_fn fail, const void* mplan, size_t* out_byt
   return DSV4_STATUS_OK;
 }
 
-// What every run slot checks first: both arguments, a run struct this module knows, the plan's mode.
-inline dsv4_status check_run_header(fail_fn fail, const void* mplan, const dsv4_mod_run* run, uint32_t plan_mode) {
-  if (mplan == nullptr || run == nullptr) return fail(DSV4_STATUS_INVALID_ARGUMENT, "run: NULL argument");
+// What every run slot checks first: both arguments, a run struct this module knows, the plan's
+// mode.
+inline dsv4_status check_run_header(fail_fn fail, const void* mplan, const dsv4_mod_run* run,
+                                    uint32_t plan_mode) {
+  if (mplan == nullptr || run == nullptr)
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "run: NULL argument");
   if (run->struct_size < sizeof(dsv4_mod_run))
-    return fail(DSV4_STATUS_ABI_MISMATCH, "run: dsv4_mod_run of %u bytes, need %zu", run->struct_size,
-                sizeof(dsv4_mod_run));
-  if (run->mode != plan_mode) return fail(DSV4_STATUS_PLAN_MISMATCH, "run: mode %u, plan has %u", run->mode, plan_mode);
+    return fail(DSV4_STATUS_ABI_MISMATCH, "run: dsv4_mod_run of %u bytes, need %zu",
+                run->struct_size, sizeof(dsv4_mod_run));
+  if (run->mode != plan_mode)
+    return fail(DSV4_STATUS_PLAN_MISMATCH, "run: mode %u, plan has %u", run->mode, plan_mode);
   return DSV4_STATUS_OK;
 }
 
