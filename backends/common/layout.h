@@ -58,6 +58,12 @@ DSV4_HD int64_t layout_min_block_bytes(uint32_t layout, int64_t block_size) {
   return block_size * layout_bytes_per_token(layout);
 }
 
+// Alignment (bytes) of a cache's block base that kernels may assume (spec 12.3): 16 for the FP8
+// layouts with in-cache scales, else 1 (the element-size rule of every tensor applies on top).
+DSV4_HD int64_t layout_base_alignment(uint32_t layout) {
+  return layout == DSV4_KV_LAYOUT_FP8_V4_584B || layout == DSV4_KV_LAYOUT_FP8_V32_656B ? 16 : 1;
+}
+
 // Byte offset, inside its block, of entry e's data (for every layout).
 DSV4_HD int64_t entry_data_offset(uint32_t layout, int64_t e) {
   return layout == DSV4_KV_LAYOUT_FP8_V4_584B ? e * kV4DataBytes

@@ -102,7 +102,10 @@ dsv4_status cpu_paged_validate(const dsv4_plan_options& plan, const dsv4_mod_run
     return paged_fail(host, invalid,
                       "query_start_loc, seq_lens, swa_block_table and slot_mapping are required");
   }
-  if (g.ratio > 1 && R > 0 && (b.cmp_block_table == nullptr || run.extra_cache.base == nullptr)) {
+  // An empty cache (0 blocks) has no address (spec 12.3); its entries are simply never valid.
+  if (g.ratio > 1 && R > 0 &&
+      (b.cmp_block_table == nullptr ||
+       (run.extra_cache.base == nullptr && run.extra_cache.num_blocks > 0))) {
     return paged_fail(host, invalid, "compressed layers need cmp_block_table and extra_cache");
   }
   if (dsv4::paged_is_c4a(g) && T > 0 && b.topk_indices == nullptr) {

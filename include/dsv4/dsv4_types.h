@@ -74,6 +74,10 @@ typedef int32_t dsv4_status;
  * compact row-major. Tensors are borrowed for the duration of the call (and, on GPU backends, until
  * the enqueued work completes); libdsv4 never frees caller memory. 256-byte alignment is not
  * assumed.
+ * Alignment (spec 12.3): data + byte_offset must be a multiple of the element size (bits / 8), and
+ * a KV cache of layout FP8_V4_584B or FP8_V32_656B must start on a 16-byte boundary; anything else
+ * is DSV4_STATUS_INVALID_ARGUMENT. A tensor with zero elements is valid whatever its data and
+ * byte_offset (data may be NULL): no address is formed from them.
  * ------------------------------------------------------------------------------------------- */
 typedef struct dsv4_device {
   int32_t device_type; /**< DSV4_DEVICE_* (DLDeviceType) */

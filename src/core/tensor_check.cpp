@@ -85,20 +85,35 @@ tensor_view check_tensor(const dsv4_tensor* t, const std::string& name, const ds
       s = mul_or_fail(s, std::max<int64_t>(v.shape[i], 1), name, "element count");
     }
   }
-  // The furthest byte the tensor spans must be addressable.
+  // Spec 12.3: a tensor with zero elements is valid whatever its data and byte_offset, and no
+  // address is formed from them (data + byte_offset may not point anywhere).
+  if (empty) return v;
+  if (t->data == nullptr) fail(DSV4_STATUS_INVALID_ARGUMENT, "%s->data is NULL", n);
+  // The furthest byte the tensor spans must be addressable: within int64 from data and without
+  // wrapping the address space. Computed on integers, so no out-of-range pointer is ever formed.
   int64_t last = 0;
-  if (!empty) {
-    for (int32_t i = 0; i < v.ndim; ++i)
-      last = add_or_fail(last, mul_or_fail(v.shape[i] - 1, v.stride[i], name, "byte extent"), name,
-                         "byte extent");
-    last =
-        mul_or_fail(add_or_fail(last, 1, name, "byte extent"), v.elem_bytes, name, "byte extent");
-    if (t->byte_offset > static_cast<uint64_t>(INT64_MAX - last))
-      fail(DSV4_STATUS_INVALID_ARGUMENT, "%s->byte_offset = %llu overflows the address range", n,
-           static_cast<unsigned long long>(t->byte_offset));
-  }
-  if (t->data == nullptr && !empty) fail(DSV4_STATUS_INVALID_ARGUMENT, "%s->data is NULL", n);
-  v.data = t->data == nullptr ? nullptr : static_cast<uint8_t*>(t->data) + t->byte_offset;
+  for (int32_t i = 0; i < v.ndim; ++i)
+    last = add_or_fail(last, mul_or_fail(v.shape[i] - 1, v.stride[i], name, "byte extent"), name,
+                       "byte extent");
+  last = mul_or_fail(add_or_fail(last, 1, name, "byte extent"), v.elem_bytes, name, "byte extent");
+  if (t->byte_offset > static_cast<uint64_t>(INT64_MAX - last))
+    fail(DSV4_STATUS_INVALID_ARGUMENT, "%s->byte_offset = %llu overflows the address range", n,
+         static_cast<unsigned long long>(t->byte_offset));
+  const uintptr_t base = reinterpret_cast<uintptr_t>(t->data);
+  const uint64_t span = t->byte_offset + static_cast<uint64_t>(last);  // < 2^63: checked above
+  if (span > UINTPTR_MAX - base)
+    fail(DSV4_STATUS_INVALID_ARGUMENT,
+         "%s->data = %p with byte_offset %llu and %lld bytes of extent wraps the address space", n,
+         t->data, static_cast<unsigned long long>(t->byte_offset), static_cast<long long>(last));
+  const uintptr_t address = base + static_cast<uintptr_t>(t->byte_offset);
+  // Spec 12.3: kernels load elements through typed pointers.
+  if (address % static_cast<uintptr_t>(v.elem_bytes) != 0)
+    fail(DSV4_STATUS_INVALID_ARGUMENT,
+         "%s: data + byte_offset = %p + %llu is not a multiple of the element size (%lld bytes "
+         "of %s)",
+         n, t->data, static_cast<unsigned long long>(t->byte_offset),
+         static_cast<long long>(v.elem_bytes), dtype_name(v.dtype).c_str());
+  v.data = reinterpret_cast<uint8_t*>(address);
   return v;
 }
 
@@ -167,6 +182,12 @@ dsv4_mod_cache check_cache(const dsv4_tensor* t, const std::string& name,
         DSV4_STATUS_INVALID_ARGUMENT,
         "%s->ndim = %d but a cache needs dimension 0 = blocks and inner dimensions holding a block",
         n, v.ndim);
+  const int64_t align = layout_base_alignment(desc.layout);
+  if (reinterpret_cast<uintptr_t>(v.data) % static_cast<uintptr_t>(align) != 0)
+    fail(DSV4_STATUS_INVALID_ARGUMENT,
+         "%s: data + byte_offset = %p is not a multiple of %lld bytes, which layout %s needs for "
+         "its block base",
+         n, static_cast<void*>(v.data), static_cast<long long>(align), layout_name(desc.layout));
   const int64_t block_stride = mul_or_fail(v.stride[0], v.elem_bytes, name, "block stride");
   if (block_stride != desc.block_stride_bytes)
     fail(mismatch, "%s: byte stride of dimension 0 = %lld but the %s block stride is %lld bytes", n,

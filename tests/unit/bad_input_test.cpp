@@ -309,6 +309,110 @@ TEST_F(BadInput, NegativeAndOverflowingSizes) {
   expect_run_rejected([&](dsv4_run_args& a) { a.q = &ndim.tensor; }, {kInvalid}, "args->q");
 }
 
+// ---------------------------------------------------------------- alignment (spec 12.3)
+TEST_F(BadInput, MisalignedTensors) {
+  // data + byte_offset must be a multiple of the element size; the views stay inside their storage.
+  const auto shifted = [](const dsv4_tensor& base, std::initializer_list<int64_t> dims,
+                          uint64_t offset) {
+    Variant v(base, dims);
+    v.tensor.byte_offset = offset;
+    return v;
+  };
+  Variant q = shifted(q_.tensor, {kTokens, kHeads, kDim}, 1);
+  expect_run_rejected([&](dsv4_run_args& a) { a.q = &q.tensor; }, {kInvalid}, "args->q");
+  Variant q_data(q_.tensor, {kTokens, kHeads, kDim});
+  q_data.tensor.data = q_.bytes.data() + 3;  // the data pointer itself, offset 0
+  expect_run_rejected([&](dsv4_run_args& a) { a.q = &q_data.tensor; }, {kInvalid}, "args->q");
+  Variant out = shifted(out_.tensor, {kTokens, kHeads, kDim}, 3);
+  expect_run_rejected([&](dsv4_run_args& a) { a.out = &out.tensor; }, {kInvalid}, "args->out");
+  Variant lse = shifted(lse_.tensor, {kTokens, kHeads}, 2);
+  expect_run_rejected([&](dsv4_run_args& a) { a.lse = &lse.tensor; }, {kInvalid}, "args->lse");
+  Buffer sink_storage({kHeads + 1}, kF32);
+  Variant sink = shifted(sink_storage.tensor, {kHeads}, 6);
+  expect_run_rejected([&](dsv4_run_args& a) { a.attn_sink = &sink.tensor; }, {kInvalid},
+                      "args->attn_sink");
+  Variant idx = shifted(indices_.tensor, {kTokens, kTopk}, 2);
+  expect_run_rejected([&](dsv4_run_args& a) { a.indices = &idx.tensor; }, {kInvalid},
+                      "args->indices");
+  // The 584 B layout's block base must be 16-byte aligned although its dtype is one byte.
+  Buffer cache({kBlocks + 1, kBlockBytes}, kU8);
+  std::memcpy(cache.bytes.data() + 8, cache_.bytes.data(), cache_.bytes.size());
+  Variant cache8 = shifted(cache.tensor, {kBlocks, kBlockBytes}, 8);
+  expect_run_rejected([&](dsv4_run_args& a) { a.swa_cache = &cache8.tensor; }, {kInvalid},
+                      "args->swa_cache");
+
+  // Aligned views are accepted: the cache moved to a 16-byte offset reads the same rows, and q one
+  // element (2 bytes) in is fine.
+  out_.poison();
+  ASSERT_EQ(dsv4_run(plan_, &args_), DSV4_STATUS_OK) << dsv4_last_error_message();
+  const std::vector<unsigned char> expected = out_.bytes;
+  std::memcpy(cache.bytes.data() + 16, cache_.bytes.data(), cache_.bytes.size());
+  Variant cache16 = shifted(cache.tensor, {kBlocks, kBlockBytes}, 16);
+  dsv4_run_args moved = args_;
+  moved.swa_cache = &cache16.tensor;
+  out_.poison();
+  ASSERT_EQ(dsv4_run(plan_, &moved), DSV4_STATUS_OK) << dsv4_last_error_message();
+  EXPECT_TRUE(out_.bytes == expected) << "a cache moved to a 16-byte offset reads differently";
+  Variant q2 = shifted(q_.tensor, {kTokens, kHeads, kDim}, 2);
+  moved = args_;
+  moved.q = &q2.tensor;
+  EXPECT_EQ(dsv4_run(plan_, &moved), DSV4_STATUS_OK) << dsv4_last_error_message();
+}
+
+TEST_F(BadInput, EmptyTensorsAreValidWhateverTheirAddress) {
+  // Spec 12.3: zero elements, any data and byte_offset (UBSan reports a pointer formed from them).
+  Variant q(q_view_.tensor, {0, kHeads, kDim});
+  q.tensor.data = reinterpret_cast<void*>(uintptr_t{3});
+  q.tensor.byte_offset = ~uint64_t{0} - 1;
+  Variant out(out_view_.tensor, {0, kHeads, kDim});
+  out.tensor.data = nullptr;
+  out.tensor.byte_offset = 12345;
+  Variant lse(lse_view_.tensor, {0, kHeads});
+  lse.tensor.data = reinterpret_cast<void*>(~uintptr_t{0});
+  lse.tensor.byte_offset = ~uint64_t{0};
+  Variant idx(indices_.tensor, {0, kTopk});
+  idx.tensor.data = reinterpret_cast<void*>(uintptr_t{1});
+  idx.tensor.byte_offset = uint64_t{1} << 63;
+  dsv4_run_args args = args_;
+  args.q = &q.tensor;
+  args.out = &out.tensor;
+  args.lse = &lse.tensor;
+  args.indices = &idx.tensor;
+  EXPECT_EQ(dsv4_run(plan_, &args), DSV4_STATUS_OK) << dsv4_last_error_message();
+
+  // A KV write of zero rows, likewise.
+  Buffer cache({kBlocks, kBlockBytes}, kU8);
+  cache.poison();
+  const std::vector<unsigned char> before = cache.bytes;
+  Buffer values_storage({1, kDim}, kF32);
+  Variant values(values_storage.tensor, {0, kDim});
+  values.tensor.data = reinterpret_cast<void*>(uintptr_t{7});
+  values.tensor.byte_offset = ~uint64_t{0} - 5;
+  Buffer slots_storage({1}, kI32);
+  Variant slots(slots_storage.tensor, {0});
+  slots.tensor.data = nullptr;
+  slots.tensor.byte_offset = ~uint64_t{0};
+  dsv4_kv_write_args write;
+  ASSERT_EQ(dsv4_kv_write_args_init(&write), DSV4_STATUS_OK);
+  write.cache_desc = plan_options_.swa_cache;
+  write.values = &values.tensor;
+  write.slots = &slots.tensor;
+  write.cache = &cache.tensor;
+  EXPECT_EQ(dsv4_kv_write(ctx_, &write), DSV4_STATUS_OK) << dsv4_last_error_message();
+  EXPECT_TRUE(cache.bytes == before);
+}
+
+TEST_F(BadInput, AddressRangeWrap) {
+  // data + byte_offset + extent must not wrap the address space (the module would read low memory).
+  Variant q(q_view_.tensor, {kTokens, kHeads, kDim});
+  q.tensor.data = reinterpret_cast<void*>(~uintptr_t{0} - 4095);
+  q.tensor.byte_offset = 8192;
+  expect_run_rejected([&](dsv4_run_args& a) { a.q = &q.tensor; }, {kInvalid}, "args->q");
+  Variant out(out_view_.tensor, {kTokens, kHeads, kDim});
+  out.tensor.data = reinterpret_cast<void*>(~uintptr_t{0} - 1023);
+  expect_run_rejected([&](dsv4_run_args& a) { a.out = &out.tensor; }, {kInvalid}, "args->out");
+}
+
 // --------------------------------------------------------------------------------- outputs
 TEST_F(BadInput, OutWrongShapeOrDtype) {
   Variant heads(out_view_.tensor, {kTokens, kHeads - 1, kDim});
@@ -792,6 +896,30 @@ TEST_F(BadKvWrite, Rejected) {
   args = valid;
   args.reserved = 1;
   expect_write_rejected(args, {kInvalid}, "args->reserved");
+
+  // Alignment (spec 12.3): fp32 values, int32 slots, the 584 B cache's 16-byte block base.
+  Buffer values_storage({4, kDim}, kF32);
+  Variant values(values_storage.tensor, {3, kDim});
+  values.tensor.byte_offset = 2;
+  args = valid;
+  args.values = &values.tensor;
+  expect_write_rejected(args, {kInvalid}, "args->values");
+  Buffer slot_storage({4}, kI32);
+  Variant slots(slot_storage.tensor, {3});
+  slots.tensor.byte_offset = 1;
+  args = valid;
+  args.slots = &slots.tensor;
+  expect_write_rejected(args, {kInvalid}, "args->slots");
+  Buffer cache_storage({kBlocks + 1, kBlockBytes}, kU8);
+  Variant cache(cache_storage.tensor, {kBlocks, kBlockBytes});
+  cache.tensor.byte_offset = 4;
+  args = valid;
+  args.cache = &cache.tensor;
+  cache_storage.poison();
+  const std::vector<unsigned char> before = cache_storage.bytes;
+  EXPECT_EQ(dsv4_kv_write(ctx_, &args), kInvalid);
+  EXPECT_TRUE(contains(dsv4_last_error_message(), "args->cache")) << dsv4_last_error_message();
+  EXPECT_TRUE(cache_storage.bytes == before);
 }
 
 }  // namespace
