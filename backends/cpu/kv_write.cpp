@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/kv_write.h"
 #include "common/layout.h"
 #include "host.h"
 
@@ -43,25 +44,15 @@ dsv4_status kv_write(thread_pool& pool, const dsv4_mod_kv_write& w) {
   if (!any_slot) return DSV4_STATUS_OK;
   if (c.base == nullptr) return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: cache is NULL");
 
-  // Chunks of rows keep the per-item overhead small next to one row's quantisation.
-  constexpr int64_t kRowsPerItem = 16;
-  const int64_t items = (w.num_rows + kRowsPerItem - 1) / kRowsPerItem;
-  pool.parallel_for(items, [&](int64_t item, int) {
-    const int64_t end = std::min(w.num_rows, (item + 1) * kRowsPerItem);
-    float row[kV32HeadDimQK];
-    for (int64_t r = item * kRowsPerItem; r < end; ++r) {
+  // Each work item writes the rows of one part of the slots in row order (common/kv_write.h), so
+  // a duplicated slot ends with its last row and no two workers touch one entry. A few parts per
+  // worker balance the load; every part scans the slots once, which is cheap next to quantising.
+  const uint32_t parts =
+      static_cast<uint32_t>(std::min<int64_t>(w.num_rows, 4 * static_cast<int64_t>(pool.size())));
+  pool.parallel_for(parts, [&](int64_t part, int) {
+    for (int64_t r = 0; r < w.num_rows; ++r) {
       const int64_t slot = w.slots[r];
-      if (slot < 0) continue;
-      if (w.values_is_bf16) {
-        const uint16_t* v = static_cast<const uint16_t*>(w.values) + r * w.values_row_stride;
-        for (int d = 0; d < dim; ++d) row[d] = bf16_to_f32(v[d]);
-      } else {
-        const float* v = static_cast<const float*>(w.values) + r * w.values_row_stride;
-        for (int d = 0; d < dim; ++d) row[d] = v[d];
-      }
-      const slot_address a = split_slot(slot, c.block_size);
-      quantize_entry(c.layout, c.base + a.block * c.block_stride_bytes, c.block_size, a.entry, row,
-                     c.kv_scale);
+      if (slot >= 0 && kv_write_part(slot, parts) == part) kv_write_row(w, r, slot);
     }
   });
   return DSV4_STATUS_OK;

@@ -3,7 +3,10 @@
 // backend's bit for bit.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "common/codec.h"
+#include "common/kv_write.h"
 #include "common/layout.h"
 #include "common/paged_index.h"
 #include "kernels.h"
@@ -27,29 +30,64 @@ __global__ void paged_build_kernel(const paged_build_params p) {
 }
 
 constexpr int kWriteThreads = 128;
+constexpr int kWriteWarps = kWriteThreads / 32;
+constexpr int kWriteBatch = 1024;  // rows a CTA gathers before writing them
+constexpr int64_t kWriteRowsPerPart = 128;
+constexpr int64_t kWriteMaxParts = 1024;
 
-// One CTA per row: the row is widened to fp32 in shared memory, then quantised by quantize_entry
-// (which is sequential within a row; rows run in parallel).
-__global__ void __launch_bounds__(kWriteThreads) kv_write_kernel(const dsv4_mod_kv_write w) {
-  __shared__ float values[kV32HeadDimQK];
-  const int64_t r = blockIdx.x;
-  const int32_t slot = w.slots[r];
-  if (slot < 0) return;
-  if (w.values_is_bf16) {
-    const uint16_t* src = static_cast<const uint16_t*>(w.values) + r * w.values_row_stride;
-    for (int d = threadIdx.x; d < w.dim; d += kWriteThreads) values[d] = bf16_to_f32(src[d]);
-  } else {
-    const float* src = static_cast<const float*>(w.values) + r * w.values_row_stride;
-    for (int d = threadIdx.x; d < w.dim; d += kWriteThreads) values[d] = src[d];
+// Writes a CTA's gathered batch: of the rows that share a slot only the last (the batch is in row
+// order) is written, so the rows written at once touch distinct entries. One row per thread
+// (quantize_entry is sequential within a row).
+__device__ void kv_write_batch(const dsv4_mod_kv_write& w, const int64_t* rows,
+                               const int32_t* slots, int n) {
+  for (int i = threadIdx.x; i < n; i += kWriteThreads) {
+    const int32_t slot = slots[i];
+    bool last = true;
+    for (int j = i + 1; j < n && last; ++j) last = slots[j] != slot;
+    if (last) kv_write_row(w, rows[i], slot);
   }
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  const int64_t block = slot / w.cache.block_size;
-  const int64_t entry = slot % w.cache.block_size;
-  if (block >= w.cache.num_blocks)
-    return;  // GPU contract (dsv4.h): rows beyond capacity are skipped
-  quantize_entry(w.cache.layout, w.cache.base + block * w.cache.block_stride_bytes,
-                 w.cache.block_size, entry, values, w.cache.kv_scale);
+  __syncthreads();  // the next batch may overwrite these entries
+}
+
+// Spec 12.4 (common/kv_write.h): CTA p writes the slots of part p. It walks the rows in order and
+// gathers its own into shared memory, batch after batch, so a later row of a slot always
+// overwrites an earlier one. Rows beyond the capacity are skipped (dsv4.h: GPU modules never read
+// device values to validate).
+__global__ void __launch_bounds__(kWriteThreads)
+    kv_write_kernel(const dsv4_mod_kv_write w, uint32_t parts) {
+  __shared__ int64_t rows[kWriteBatch];
+  __shared__ int32_t slots[kWriteBatch];
+  __shared__ int warp_counts[kWriteWarps];
+  const int64_t capacity = w.cache.num_blocks * static_cast<int64_t>(w.cache.block_size);
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  int count = 0;  // rows gathered in the current batch (the same in every thread)
+  for (int64_t start = 0; start < w.num_rows; start += kWriteThreads) {
+    const int64_t r = start + threadIdx.x;
+    const int32_t slot = r < w.num_rows ? w.slots[r] : -1;
+    const bool mine = slot >= 0 && slot < capacity && kv_write_part(slot, parts) == blockIdx.x;
+    const unsigned ballot = __ballot_sync(0xffffffffu, mine);
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0;  // own rows of this tile in the warps before this one
+    int tile = 0;
+    for (int k = 0; k < kWriteWarps; ++k) {
+      before += k < warp ? warp_counts[k] : 0;
+      tile += warp_counts[k];
+    }
+    if (count + tile > kWriteBatch) {
+      kv_write_batch(w, rows, slots, count);
+      count = 0;
+    }
+    if (mine) {
+      const int at = count + before + __popc(ballot & ((1u << lane) - 1u));
+      rows[at] = r;
+      slots[at] = slot;
+    }
+    count += tile;
+    __syncthreads();  // warp_counts is reused by the next tile; the batch is complete
+  }
+  kv_write_batch(w, rows, slots, count);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -195,7 +233,11 @@ cudaError_t export_launch(const export_params& p, cudaStream_t stream) {
 
 cudaError_t kv_write_launch(const dsv4_mod_kv_write& w, cudaStream_t stream) {
   if (w.num_rows <= 0) return cudaSuccess;
-  kv_write_kernel<<<static_cast<unsigned>(w.num_rows), kWriteThreads, 0, stream>>>(w);
+  // About kWriteRowsPerPart rows per CTA; every CTA scans all slots, so the parts stay few.
+  const int64_t parts =
+      std::min(kWriteMaxParts, (w.num_rows + kWriteRowsPerPart - 1) / kWriteRowsPerPart);
+  kv_write_kernel<<<static_cast<unsigned>(parts), kWriteThreads, 0, stream>>>(
+      w, static_cast<uint32_t>(parts));
   return cudaGetLastError();
 }
 

@@ -292,7 +292,10 @@ DSV4_API dsv4_status dsv4_run(const dsv4_plan* plan, const dsv4_run_args* args);
  * (1/kv_scale) saturating e4m3; 3.5: V3.2 fp32 power-of-two scales). values: [N, d] bf16 or fp32
  * with d = the layout's head_dim_qk. slots: [N] int32 (negative = skip). Slots beyond the cache
  * capacity: the CPU backend returns INVALID_ARGUMENT before anything is written; GPU backends
- * (device memory is never read for validation) skip such rows. Same stream contract as dsv4_run.
+ * (device memory is never read for validation) skip such rows. Rows that target the same slot: the
+ * one that comes last in the call wins, on every backend, every time (spec 12.4). Same stream
+ * contract as dsv4_run. Concurrent calls (threads, streams) that write one slot race: the
+ * caller orders them.
  */
 typedef struct dsv4_kv_write_args {
   uint32_t struct_size;

@@ -432,6 +432,65 @@ INSTANTIATE_TEST_SUITE_P(Layouts, KvWriterRoundTrip,
                          });
 
 // ----------------------------------------------------------------------------------------------
+// Duplicate slots (spec 12.4): the row that comes last in the call wins, on every backend, every
+// time. The expected cache is the same writer's output for the deduplicated call (one row per
+// slot, its last); the writer without duplicates is checked byte for byte above.
+// ----------------------------------------------------------------------------------------------
+TEST_F(KvWriter, DuplicateSlotsLastRowWins) {
+  SCOPED_TRACE(seed_note());
+  std::string error;
+  ctx_ = make_test_ctx(g_device, 8, &error);  // more CPU workers than cores: they interleave
+  ASSERT_TRUE(ctx_) << error;
+  std::mt19937_64 gen(case_seed("kv_duplicates"));
+  for (uint32_t layout : {DSV4_KV_LAYOUT_FP8_V4_584B, DSV4_KV_LAYOUT_BF16,
+                          DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, DSV4_KV_LAYOUT_FP8_V32_656B}) {
+    SCOPED_TRACE("layout " + std::to_string(layout));
+    const int32_t block_size = 7;
+    const int64_t num_blocks = 9;  // 63 slots
+    const int64_t capacity = block_size * num_blocks;
+    const int64_t d = ref_layout_head_dim_qk(layout);
+    // ~25 rows per slot, some in runs of neighbours, some far apart; -1 rows in between.
+    const int64_t n = 1600;
+    std::vector<int32_t> slots(static_cast<size_t>(n));
+    std::uniform_int_distribution<int32_t> any_slot(-1, static_cast<int32_t>(capacity) - 1);
+    for (int64_t r = 0; r < n; ++r)
+      slots[static_cast<size_t>(r)] =
+          r > 0 && gen() % 4 == 0 ? slots[static_cast<size_t>(r - 1)] : any_slot(gen);
+    const std::vector<float> values = random_rows(gen, n, d);
+
+    std::vector<int32_t> last_slots;
+    std::vector<float> last_values;
+    std::vector<char> seen(static_cast<size_t>(capacity), 0);
+    for (int64_t r = n - 1; r >= 0; --r) {
+      const int32_t s = slots[static_cast<size_t>(r)];
+      if (s < 0 || seen[static_cast<size_t>(s)]) continue;
+      seen[static_cast<size_t>(s)] = 1;
+      last_slots.push_back(s);
+      last_values.insert(last_values.end(), values.begin() + r * d, values.begin() + (r + 1) * d);
+    }
+    make_cache(layout, block_size, 64, num_blocks);
+    ASSERT_EQ(write(last_values, last_slots), DSV4_STATUS_OK) << dsv4_last_error_message();
+    const std::vector<uint8_t> expected = host_;
+
+    for (int repeat = 0; repeat < 6; ++repeat) {
+      make_cache(layout, block_size, 64, num_blocks);
+      ASSERT_EQ(write(values, slots), DSV4_STATUS_OK) << dsv4_last_error_message();
+      int64_t wrong = 0;
+      for (int64_t s = 0; s < capacity; ++s) {
+        bool same = true;
+        for (auto [off, len] : entry_ranges(s))
+          same = same &&
+                 std::equal(host_.begin() + off, host_.begin() + off + len, expected.begin() + off);
+        wrong += same ? 0 : 1;
+      }
+      ASSERT_EQ(wrong, 0) << "repeat " << repeat << ": " << wrong << " of " << capacity
+                          << " slots do not hold their last row";
+      expect_untouched_except(slots);
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
 // vLLM quantiser specifics
 // ----------------------------------------------------------------------------------------------
 TEST_F(KvWriter, TilesAreQuantisedIndependently) {
