@@ -138,7 +138,8 @@ typedef struct dsv4_mod_kv_write {
 typedef struct dsv4_mod_ctx_config {
   uint32_t struct_size;
   int32_t device_id;
-  int32_t num_threads; /**< resolved by the host (options, DSV4_CPU_THREADS); 0 = module default */
+  int32_t num_threads; /**< CPU devices: resolved by the host (options, DSV4_CPU_THREADS, usable
+                          cores), 1..DSV4_MAX_THREADS; 0 = the module's default */
   int32_t reserved;
 } dsv4_mod_ctx_config;
 

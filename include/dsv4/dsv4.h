@@ -75,11 +75,16 @@ typedef struct dsv4_ctx_options {
   dsv4_device device;     /**< device the tensors live on; default {DSV4_DEVICE_CPU, 0} */
   const char* backend;    /**< module name to use ("cpu", "cuda"); NULL = DSV4_BACKEND, then auto */
   const char* module_dir; /**< extra module directory searched first; NULL = none */
-  int32_t num_threads;    /**< CPU backend worker threads; 0 = DSV4_CPU_THREADS, then cores */
+  int32_t num_threads;    /**< CPU backend worker threads, 0..DSV4_MAX_THREADS; 0 =
+                               DSV4_CPU_THREADS (1..DSV4_MAX_THREADS, else ignored with a
+                               warning), then the cores this process may run on */
   int32_t log_level;      /**< DSV4_LOG_*; -1 = DSV4_LOG_LEVEL, then WARN */
   dsv4_log_fn log_fn;     /**< NULL = stderr */
   void* log_user_data;    /**< passed to log_fn */
 } dsv4_ctx_options;
+
+/** Most CPU worker threads a context may have (options.num_threads, DSV4_CPU_THREADS). */
+#define DSV4_MAX_THREADS 4096
 
 /** Sets struct_size, api_version and defaults. Returns INVALID_ARGUMENT for NULL. */
 DSV4_API dsv4_status(dsv4_ctx_options_init)(dsv4_ctx_options* options, size_t struct_size);

@@ -26,22 +26,25 @@ dsv4_ctx_options ctx_options_defaults() {
   return o;
 }
 
-// options.num_threads, else DSV4_CPU_THREADS, else 0 (the module's default: all cores).
-int32_t resolve_threads(const dsv4_ctx_options& o, const logger& log) {
-  if (o.num_threads > 0) return o.num_threads;
-  if (const char* env = env_get("DSV4_CPU_THREADS")) {
-    int32_t n = 0;
-    if (parse_int32(env, 1, 65536, &n)) return n;
-    log.logf(DSV4_LOG_WARN, "DSV4_CPU_THREADS=%s is not a thread count in 1..65536; ignored", env);
-  }
-  return 0;
-}
-
 int32_t usable_cores() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
   const unsigned n = std::thread::hardware_concurrency();
   return n > 0 ? static_cast<int32_t>(n) : 1;
+}
+
+// The CPU worker count, decided here once so the module and dsv4_ctx_info agree:
+// options.num_threads (checked by read_ctx_options), else DSV4_CPU_THREADS, else the usable
+// cores, all within 1..DSV4_MAX_THREADS.
+int32_t resolve_threads(const dsv4_ctx_options& o, const logger& log) {
+  if (o.num_threads > 0) return o.num_threads;
+  if (const char* env = env_get("DSV4_CPU_THREADS")) {
+    int32_t n = 0;
+    if (parse_int32(env, 1, DSV4_MAX_THREADS, &n)) return n;
+    log.logf(DSV4_LOG_WARN, "DSV4_CPU_THREADS=%s is not a thread count in 1..%d; ignored", env,
+             DSV4_MAX_THREADS);
+  }
+  return std::min(usable_cores(), DSV4_MAX_THREADS);
 }
 
 void copy_string(char* dst, size_t capacity, const std::string& src) {
@@ -71,9 +74,10 @@ dsv4_ctx_options read_ctx_options(const dsv4_ctx_options* options) {
   if (o.device.device_id < 0)
     fail(DSV4_STATUS_INVALID_ARGUMENT, "options->device.device_id = %d is negative",
          o.device.device_id);
-  if (o.num_threads < 0)
-    fail(DSV4_STATUS_INVALID_ARGUMENT, "options->num_threads = %d is negative (0 = default)",
-         o.num_threads);
+  if (o.num_threads < 0 || o.num_threads > DSV4_MAX_THREADS)
+    fail(DSV4_STATUS_INVALID_ARGUMENT,
+         "options->num_threads = %d must be in 0..%d (0 = DSV4_CPU_THREADS, then the cores)",
+         o.num_threads, DSV4_MAX_THREADS);
   if (o.log_level < -1 || o.log_level > DSV4_LOG_DEBUG)
     fail(DSV4_STATUS_INVALID_ARGUMENT,
          "options->log_level = %d is not -1 (environment) or DSV4_LOG_ERROR..DSV4_LOG_DEBUG (0..3)",
@@ -89,14 +93,12 @@ dsv4_ctx* ctx_create(const dsv4_ctx_options& o) {
   request.device = o.device;
   request.backend = o.backend;
   request.module_dir = o.module_dir;
-  request.num_threads = resolve_threads(o, ctx->log);
+  request.num_threads = o.device.device_type == DSV4_DEVICE_CPU ? resolve_threads(o, ctx->log) : 0;
   opened_backend b = open_backend(request, ctx->log);
   ctx->module = b.module;
   ctx->mctx = b.mctx;
   ctx->device = b.device;
-  ctx->num_threads = b.device.device_type == DSV4_DEVICE_CPU
-                         ? (request.num_threads > 0 ? request.num_threads : usable_cores())
-                         : 0;
+  ctx->num_threads = b.device.device_type == DSV4_DEVICE_CPU ? request.num_threads : 0;
   ctx->path = std::move(b.path);
   ctx->reason = std::move(b.reason);
   ctx->log.logf(DSV4_LOG_INFO, "backend %s (%s) on device %d:%d: %s", ctx->module->name.c_str(),

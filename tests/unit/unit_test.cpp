@@ -2,7 +2,9 @@
 // KV layout geometry, struct_size / api_version handling.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -501,6 +503,81 @@ TEST(RunArgs, StructSizeAndReservedAreChecked) {
 
   dsv4_plan_destroy(plan);
   dsv4_ctx_destroy(ctx);
+}
+
+// ---------------------------------------------------------------------------- CPU thread count
+// One limit, DSV4_MAX_THREADS, for the library and the CPU module: options beyond it are rejected
+// by name, DSV4_CPU_THREADS beyond it is ignored with a warning (like any unparsable value), and
+// dsv4_ctx_info reports the count the context runs with.
+struct ThreadsCase {
+  std::vector<std::string> warnings;
+  static void sink(int32_t level, const char* message, void* user_data) {
+    if (level <= DSV4_LOG_WARN)
+      static_cast<ThreadsCase*>(user_data)->warnings.emplace_back(message ? message : "");
+  }
+  // Creates a CPU context with options.num_threads = `threads` and DSV4_CPU_THREADS = `env`
+  // (nullptr: unset); returns its status and, on success, its thread count in *out_threads.
+  dsv4_status create(int32_t threads, const char* env, int32_t* out_threads) {
+    warnings.clear();
+    if (env != nullptr)
+      setenv("DSV4_CPU_THREADS", env, 1);
+    else
+      unsetenv("DSV4_CPU_THREADS");
+    dsv4_ctx_options options;
+    dsv4_ctx_options_init(&options);
+    options.backend = "cpu";
+    options.num_threads = threads;
+    options.log_level = DSV4_LOG_WARN;
+    options.log_fn = &ThreadsCase::sink;
+    options.log_user_data = this;
+    dsv4_ctx* ctx = nullptr;
+    const dsv4_status status = dsv4_ctx_create(&options, &ctx);
+    unsetenv("DSV4_CPU_THREADS");
+    if (status != DSV4_STATUS_OK) return status;
+    dsv4_ctx_info info;
+    std::memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    EXPECT_EQ(dsv4_ctx_get_info(ctx, &info), DSV4_STATUS_OK);
+    *out_threads = info.num_threads;
+    dsv4_ctx_destroy(ctx);
+    return status;
+  }
+};
+
+TEST(Threads, OneLimitForLibraryAndModule) {
+  ThreadsCase c;
+  int32_t threads = -1;
+  // The default: the usable cores, whatever the module would have guessed.
+  ASSERT_EQ(c.create(0, nullptr, &threads), DSV4_STATUS_OK) << dsv4_last_error_message();
+  const int32_t cores = threads;
+  EXPECT_GE(cores, 1);
+  EXPECT_LE(cores, DSV4_MAX_THREADS);
+  EXPECT_TRUE(c.warnings.empty());
+
+  ASSERT_EQ(c.create(3, nullptr, &threads), DSV4_STATUS_OK) << dsv4_last_error_message();
+  EXPECT_EQ(threads, 3);
+  ASSERT_EQ(c.create(0, "2", &threads), DSV4_STATUS_OK) << dsv4_last_error_message();
+  EXPECT_EQ(threads, 2);
+  ASSERT_EQ(c.create(5, "2", &threads), DSV4_STATUS_OK) << dsv4_last_error_message();
+  EXPECT_EQ(threads, 5) << "options.num_threads comes before DSV4_CPU_THREADS";
+
+  // Beyond the limit, each of the ways in: the environment is ignored with a warning naming it...
+  for (const char* env : {"4097", "5000", "65536", "65537", "99999999999", "0", "-3", "8x"}) {
+    SCOPED_TRACE(std::string("DSV4_CPU_THREADS=") + env);
+    threads = -1;
+    ASSERT_EQ(c.create(0, env, &threads), DSV4_STATUS_OK) << dsv4_last_error_message();
+    EXPECT_EQ(threads, cores);
+    ASSERT_EQ(c.warnings.size(), 1u);
+    EXPECT_TRUE(contains(c.warnings[0], "DSV4_CPU_THREADS")) << c.warnings[0];
+    EXPECT_TRUE(contains(c.warnings[0], std::to_string(DSV4_MAX_THREADS))) << c.warnings[0];
+  }
+  // ... and the option is an invalid argument naming it, before any module is asked.
+  for (int32_t bad : {DSV4_MAX_THREADS + 1, 65536, INT32_MAX, -1}) {
+    SCOPED_TRACE("num_threads " + std::to_string(bad));
+    EXPECT_EQ(c.create(bad, nullptr, &threads), DSV4_STATUS_INVALID_ARGUMENT);
+    EXPECT_TRUE(contains(dsv4_last_error_message(), "options->num_threads"))
+        << dsv4_last_error_message();
+  }
 }
 
 }  // namespace
