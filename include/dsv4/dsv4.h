@@ -93,7 +93,11 @@ DSV4_API dsv4_status(dsv4_ctx_options_init)(dsv4_ctx_options* options, size_t st
 /** Loads candidate modules, selects the backend (options.backend > DSV4_BACKEND > highest probe
  *  score among modules serving options.device.device_type) and opens the device. On success
  *  *out_ctx owns a context; release it with dsv4_ctx_destroy. On failure *out_ctx is unchanged.
- *  Host-only; may allocate. options may be NULL (CPU defaults). */
+ *  Host-only; may allocate. options may be NULL (CPU defaults).
+ *  A module is named after its file, libdsv4-<name>.so; one that calls itself otherwise is
+ *  rejected. When a backend is named, only the files of that name are loaded (or, when none has
+ *  it exactly, those of its family "<name>-*"); automatic selection loads and probes every module
+ *  in the search path. Of several modules with one name, the first in the search order is used. */
 DSV4_API dsv4_status dsv4_ctx_create(const dsv4_ctx_options* options, dsv4_ctx** out_ctx);
 /** Releases a context; NULL is ignored. Plans created from it must be destroyed first. */
 DSV4_API void dsv4_ctx_destroy(dsv4_ctx* ctx);
@@ -115,7 +119,9 @@ typedef struct dsv4_backend_info {
 
 /** Enumerates every module file in the search path (same rules as dsv4_ctx_create; options may be
  *  NULL) into out[0 .. capacity). *out_count receives the total found, which may exceed capacity.
- *  out may be NULL when capacity is 0. Host-only; thread-safe. */
+ *  out may be NULL when capacity is 0. Host-only; thread-safe. Loads and probes every module not
+ *  disabled by DSV4_BACKEND_DISABLE (a module that crashes in its probe takes the process down;
+ *  disable it there). */
 DSV4_API dsv4_status dsv4_enumerate_backends(const dsv4_ctx_options* options,
                                              dsv4_backend_info* out, int32_t capacity,
                                              int32_t* out_count);
@@ -129,7 +135,8 @@ typedef struct dsv4_device_info {
   char name[128];        /**< "AMD EPYC ... (avx512_bf16)", "NVIDIA H200 (sm_90)" */
 } dsv4_device_info;
 
-/** Describes device `index` of the named backend module (after the same search as enumeration). */
+/** Describes device `index` of the named backend module (after the same search as
+ *  dsv4_ctx_create: a named backend loads only its own files). */
 DSV4_API dsv4_status dsv4_get_device_info(const dsv4_ctx_options* options, const char* backend,
                                           int32_t index, dsv4_device_info* out_info);
 
@@ -139,7 +146,9 @@ typedef struct dsv4_ctx_info {
   int32_t num_threads; /**< CPU backend worker threads (0 on GPU backends) */
   char backend[32];    /**< selected module name */
   char path[512];      /**< its file */
-  char reason[256];    /**< why it was selected ("options.backend", "DSV4_BACKEND", "score 40") */
+  char reason[256];    /**< why it was selected and where it was found ("options.backend 'cpu';
+                          found in libdir/dsv4/backends", "score 40, the highest for device type
+                          2; found in ...") */
 } dsv4_ctx_info;
 
 DSV4_API dsv4_status dsv4_ctx_get_info(const dsv4_ctx* ctx, dsv4_ctx_info* out_info);

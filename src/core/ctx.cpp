@@ -164,8 +164,7 @@ void get_device_info(const dsv4_ctx_options& o, const char* backend, int32_t ind
                     "out_info", "dsv4_device_info");
   const logger log = make_logger(o.log_level, o.log_fn, o.log_user_data);
   log_scope scope(log);
-  const discovery d = discover_modules(o.module_dir, log);
-  const candidate& c = find_backend(d, backend, o.device.device_type);
+  const candidate c = find_backend(o.module_dir, backend, o.device.device_type, log);
   if (index < 0 || index >= c.module->device_count)
     fail(DSV4_STATUS_INVALID_ARGUMENT, "index = %d but backend %s has %d device(s)", index,
          c.name.c_str(), c.module->device_count);

@@ -100,58 +100,96 @@ std::string module_line(const candidate& c) {
                    m != nullptr ? m->score : 0, m != nullptr ? m->device_count : 0);
 }
 
+bool in_family(const std::string& name, const std::string& family) {
+  return name.size() > family.size() && name.compare(0, family.size(), family) == 0 &&
+         name[family.size()] == '-';
+}
+
 // Candidates `name` refers to: the exact name, else the family "name-*" (cpu -> cpu-avx2, ...).
+// Only loaded candidates count (a module's name is its file's, checked when it is loaded).
 std::vector<size_t> matching(const discovery& d, const std::string& name) {
   std::vector<size_t> exact, family;
   for (size_t i = 0; i < d.candidates.size(); ++i) {
+    if (d.candidates[i].module == nullptr) continue;
     const std::string& n = d.candidates[i].name;
     if (n == name)
       exact.push_back(i);
-    else if (n.size() > name.size() && n.compare(0, name.size(), name) == 0 &&
-             n[name.size()] == '-')
+    else if (in_family(n, name))
       family.push_back(i);
   }
   return exact.empty() ? family : exact;
 }
 
+// The argument a named request came from, for messages.
+const char* request_field(const named_request& req) {
+  return req.origin == "DSV4_BACKEND" ? "DSV4_BACKEND" : "options->backend";
+}
+
 }  // namespace
 
-discovery discover_modules(const char* option_module_dir, const logger& log) {
+discovery discover_modules(const char* option_module_dir, const logger& log,
+                           const std::string& only) {
   discovery d;
   d.dirs = module_search_dirs(option_module_dir, log);
   const std::vector<std::string> globs = disabled_globs();
+  struct found {
+    module_file file;
+    std::string file_name;  // libdsv4-<file_name>.so
+    const search_dir* dir;
+  };
+  std::vector<found> files;
   std::map<std::string, bool> seen_files;
-  std::map<std::string, std::string> first_with_name;
+  bool exact_file = false;
   for (const auto& dir : d.dirs) {
-    for (const auto& file : module_files_in(dir.path)) {
+    for (auto& file : module_files_in(dir.path)) {
       if (!seen_files.emplace(file.real, true).second) continue;  // same file via two paths
-      candidate c;
-      c.path = file.path;
-      const std::string file_name = module_name_from_file(file.path);
-      if (is_disabled(globs, file_name)) {
-        c.name = file_name;
-        c.status = "disabled by DSV4_BACKEND_DISABLE";
-        d.candidates.push_back(std::move(c));
-        continue;
-      }
-      c.module = &load_module(file.real);
-      c.name = c.module->name;
-      c.available = c.module->available;
-      c.status = c.module->status;
-      if (c.module->usable && is_disabled(globs, c.name)) {
-        c.available = false;
-        c.status = "disabled by DSV4_BACKEND_DISABLE";
-      } else if (c.module->usable) {
-        auto it = first_with_name.find(c.name);
-        if (it != first_with_name.end()) {
-          c.available = false;
-          c.status = "shadowed by " + it->second;
-        } else {
-          first_with_name.emplace(c.name, c.path);
-        }
-      }
-      d.candidates.push_back(std::move(c));
+      std::string file_name = module_name_from_file(file.path);
+      exact_file = exact_file || file_name == only;
+      files.push_back({std::move(file), std::move(file_name), &dir});
     }
+  }
+  // A named backend loads only the files named after it: the exact name if there is one, else
+  // its family (cpu -> libdsv4-cpu-avx2.so). No other module's code runs.
+  const auto wanted = [&](const std::string& file_name) {
+    return only.empty() || file_name == only || (!exact_file && in_family(file_name, only));
+  };
+  std::map<std::string, size_t> first_with_name;  // name -> candidate that holds it
+  for (const found& f : files) {
+    candidate c;
+    c.path = f.file.path;
+    c.origin = f.dir->origin;
+    c.name = f.file_name;
+    if (is_disabled(globs, f.file_name)) {
+      c.status = "disabled by DSV4_BACKEND_DISABLE";
+      d.candidates.push_back(std::move(c));
+      continue;
+    }
+    if (!wanted(f.file_name)) {
+      c.status = "not loaded: another backend ('" + only + "') was requested";
+      d.candidates.push_back(std::move(c));
+      continue;
+    }
+    c.module = &load_module(f.file.real);
+    c.available = c.module->available;
+    c.status = c.module->status;
+    if (c.module->usable) {
+      c.name = c.module->name;
+      if (c.name != f.file_name) {
+        // Selection by name must not depend on which files were loaded: a module is named after
+        // its file, so one that calls itself "cpu" elsewhere cannot stand in for libdsv4-cpu.so.
+        c.available = false;
+        c.status = "rejected: calls itself '" + c.name + "' but its file name says '" +
+                   f.file_name + "' (a module must be named after its file, libdsv4-<name>.so)";
+      } else if (auto it = first_with_name.find(c.name); it != first_with_name.end()) {
+        const candidate& first = d.candidates[it->second];
+        c.available = false;
+        c.status = "shadowed: its name collides with " + first.path + " (" + first.origin +
+                   "), which comes first in the search order";
+      } else {
+        first_with_name.emplace(c.name, d.candidates.size());
+      }
+    }
+    d.candidates.push_back(std::move(c));
   }
   return d;
 }
@@ -178,8 +216,10 @@ std::string describe_candidates(const discovery& d) {
   return s;
 }
 
-const candidate& find_backend(const discovery& d, const char* name, int32_t device_type) {
+candidate find_backend(const char* module_dir, const char* name, int32_t device_type,
+                       const logger& log) {
   const named_request req = parse_named_request(name);
+  const discovery d = discover_modules(module_dir, log, req.name);
   const candidate* best = nullptr;
   if (!req.name.empty()) {
     for (size_t i : matching(d, req.name)) {
@@ -205,7 +245,7 @@ const candidate& find_backend(const discovery& d, const char* name, int32_t devi
 
 opened_backend open_backend(const backend_request& request, const logger& log) {
   const named_request req = parse_named_request(request.backend);
-  const discovery d = discover_modules(request.module_dir, log);
+  const discovery d = discover_modules(request.module_dir, log, req.name);
   dsv4_device device = request.device;
   if (req.device_index >= 0) device.device_id = req.device_index;
 
@@ -217,10 +257,9 @@ opened_backend open_backend(const backend_request& request, const logger& log) {
   for (size_t i = 0; i < d.candidates.size(); ++i) {
     const candidate& c = d.candidates[i];
     if (!c.available) {
-      verdict[i] = c.module == nullptr || c.status.rfind("shadowed", 0) == 0 ||
-                           c.status.rfind("disabled", 0) == 0
-                       ? "rejected (" + c.status + ")"
-                       : "rejected (unavailable: " + c.status + ")";
+      verdict[i] = c.module != nullptr && !c.module->available
+                       ? "rejected (unavailable: " + c.status + ")"
+                       : "rejected (" + c.status + ")";
       continue;
     }
     const int32_t type = c.module->iface.device_type;
@@ -251,9 +290,8 @@ opened_backend open_backend(const backend_request& request, const logger& log) {
   if (order.empty()) {
     log_verdicts();
     if (!req.name.empty() && named.empty()) {
-      fail(DSV4_STATUS_NO_BACKEND, "%s = '%s': no module of that name (%s)",
-           req.origin == "DSV4_BACKEND" ? "DSV4_BACKEND" : "options->backend", req.name.c_str(),
-           describe_candidates(d).c_str());
+      fail(DSV4_STATUS_NO_BACKEND, "%s = '%s': no module of that name (%s)", request_field(req),
+           req.name.c_str(), describe_candidates(d).c_str());
     }
     if (!req.name.empty()) {
       std::string why;
@@ -261,9 +299,9 @@ opened_backend open_backend(const backend_request& request, const logger& log) {
         why += strprintf("%s%s [%s]: %s", why.empty() ? "" : "; ", d.candidates[i].name.c_str(),
                          d.candidates[i].path.c_str(), verdict[i].c_str());
       fail(DSV4_STATUS_NO_BACKEND,
-           "%s = '%s' cannot serve options->device = {type %d (%s), id %d}: %s",
-           req.origin == "DSV4_BACKEND" ? "DSV4_BACKEND" : "options->backend", req.name.c_str(),
-           device.device_type, device_type_name(device.device_type), device.device_id, why.c_str());
+           "%s = '%s' cannot serve options->device = {type %d (%s), id %d}: %s", request_field(req),
+           req.name.c_str(), device.device_type, device_type_name(device.device_type),
+           device.device_id, why.c_str());
     }
     std::string why;
     for (size_t i = 0; i < d.candidates.size(); ++i)
@@ -294,10 +332,24 @@ opened_backend open_backend(const backend_request& request, const logger& log) {
       out.path = c.path;
       out.mctx = mctx;
       out.device = device;
-      if (!req.name.empty())
-        out.reason = req.origin;
+      // Why this module, in full: what asked for it, and where it was found.
+      if (req.name.empty())
+        out.reason = strprintf("score %d, the highest for device type %d", c.module->score,
+                               device.device_type);
+      else if (c.name == req.name)
+        out.reason = req.origin + " '" + req.name + "'";
       else
-        out.reason = strprintf("score %d", c.module->score);
+        out.reason =
+            strprintf("%s '%s': %s has the highest score (%d) of its family", req.origin.c_str(),
+                      req.name.c_str(), c.name.c_str(), c.module->score);
+      out.reason += "; found in " + c.origin;
+      for (const candidate& other : d.candidates) {
+        if (&other != &c && other.module != nullptr && other.name == c.name &&
+            other.status.rfind("shadowed", 0) == 0) {
+          out.reason += ", first of the modules named '" + c.name + "' in the search order";
+          break;
+        }
+      }
       if (k == 0) {
         verdict[i] =
             req.name.empty() ? "selected (highest score)" : "selected (" + req.origin + ")";

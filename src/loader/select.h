@@ -1,5 +1,6 @@
 // Backend discovery and selection: every module file in the search path becomes a candidate;
-// ctx creation picks options.backend > DSV4_BACKEND > highest probe score for the device type.
+// ctx creation picks options.backend > DSV4_BACKEND > highest probe score for the device type. A
+// module is named after its file (libdsv4-<name>.so), so a named backend loads only its own files.
 #pragma once
 
 #include <cstdint>
@@ -15,10 +16,11 @@ struct logger;
 
 struct candidate {
   std::string path;                       // file as found in the search path
-  const loaded_module* module = nullptr;  // NULL when disabled (never loaded)
-  std::string name;                       // module name ("" if it could not be read)
-  bool available = false;                 // usable, probed, not shadowed, not disabled
-  std::string status;                     // "ok" or why not
+  std::string origin;                     // its search directory's origin ("options.module_dir")
+  const loaded_module* module = nullptr;  // NULL when not loaded (disabled, another was named)
+  std::string name;                       // the file's module name, or what the module says
+  bool available = false;  // usable, probed, named after its file, not shadowed, not disabled
+  std::string status;      // "ok" or why not
 };
 
 struct discovery {
@@ -26,8 +28,12 @@ struct discovery {
   std::vector<candidate> candidates;  // search order
 };
 
-// Loads every module of the search path (DSV4_BACKEND_DISABLE honoured; shadowing applied).
-discovery discover_modules(const char* option_module_dir, const logger& log);
+// Lists every module file of the search path and loads (dlopen, negotiate, probe) those `only`
+// refers to: all when it is empty, else the files named `only` (or its family "only-*" when no
+// file has the exact name). DSV4_BACKEND_DISABLE is honoured; a module whose name differs from
+// its file's is rejected, and of several with one name the first in the search order wins.
+discovery discover_modules(const char* option_module_dir, const logger& log,
+                           const std::string& only = std::string());
 
 // "cpu [/x/libdsv4-cpu.so]: ok, score 30, device type 1; ..." (or which dirs were searched).
 std::string describe_candidates(const discovery& d);
@@ -44,7 +50,7 @@ struct opened_backend {
   std::string path;
   void* mctx = nullptr;
   dsv4_device device{DSV4_DEVICE_CPU, 0};
-  std::string reason;  // "options.backend", "DSV4_BACKEND", "score 40"
+  std::string reason;  // "options.backend 'cpu'; found in libdir/dsv4/backends", "score 40, ..."
 };
 
 // Selects a module and opens the device (module ctx_create). Logs one debug line per candidate.
@@ -53,6 +59,7 @@ opened_backend open_backend(const backend_request& request, const logger& log);
 
 // The available candidate a backend name refers to, for queries that need no context
 // (dsv4_get_device_info). `name` NULL = the same rule as open_backend minus ctx_create.
-const candidate& find_backend(const discovery& d, const char* name, int32_t device_type);
+candidate find_backend(const char* module_dir, const char* name, int32_t device_type,
+                       const logger& log);
 
 }  // namespace dsv4::detail

@@ -15,11 +15,28 @@
  *   FAKE_IFACE_SMALL   table struct_size smaller than the 1.0 table
  *   FAKE_ENTRY_FAILS   the entry returns DSV4_STATUS_ABI_MISMATCH
  *   FAKE_NEEDS_DEP     calls into a shared library the loader cannot find (dlopen fails)
+ *   FAKE_ABI_OLD_MAJOR answer ABI 0.9 (a major the host no longer speaks)
+ *   FAKE_NULL_IFACE    the entry succeeds but hands back no interface table
+ *   FAKE_NULL_SLOT     the table's required run slot is NULL
+ *   FAKE_NO_NAME       the table's name is NULL
+ *   FAKE_PROBE_FAILS   probe returns DSV4_STATUS_BACKEND_ERROR with a message
+ *   FAKE_PROBE_CRASH   probe dies of SIGSEGV
+ *   FAKE_PROBE_ABORT   probe calls abort()
+ *   FAKE_VENDOR_RUNTIME probe looks for its vendor runtime with dlopen, as GPU modules do, and
+ *                      reports score 0 when it is missing (it always is)
  *
  * Plans are not supported (UNSUPPORTED): the loader tests only need selection and ctx_create.
  */
 #include <stdio.h>
 #include <string.h>
+#if defined(FAKE_PROBE_CRASH) || defined(FAKE_PROBE_ABORT)
+#include <signal.h>
+#include <stdlib.h>
+#endif
+#ifdef FAKE_VENDOR_RUNTIME
+#include <dlfcn.h>
+#define FAKE_RUNTIME_FILE "libdsv4_fake_vendor_runtime.so.1"
+#endif
 
 #include "dsv4_backend.h"
 
@@ -48,10 +65,30 @@ static int g_ctx_token; /* address used as the module context */
 
 static dsv4_status fake_probe(int32_t* out_score, int32_t* out_device_count, char* reason,
                               size_t reason_capacity) {
-#ifdef FAKE_PROBE_ZERO
+#if defined(FAKE_PROBE_CRASH)
+  raise(SIGSEGV);
+#elif defined(FAKE_PROBE_ABORT)
+  abort();
+#endif
+#if defined(FAKE_PROBE_FAILS)
+  (void)out_score;
+  (void)out_device_count;
+  (void)reason;
+  (void)reason_capacity;
+  if (g_host) g_host->set_error("fake probe failure");
+  return DSV4_STATUS_BACKEND_ERROR;
+#elif defined(FAKE_VENDOR_RUNTIME)
+  void* runtime = dlopen(FAKE_RUNTIME_FILE, RTLD_NOW | RTLD_LOCAL);
+  *out_score = runtime != NULL ? FAKE_SCORE : 0;
+  *out_device_count = runtime != NULL ? 1 : 0;
+  if (runtime == NULL)
+    snprintf(reason, reason_capacity, "vendor runtime %s not found", FAKE_RUNTIME_FILE);
+  return DSV4_STATUS_OK;
+#elif defined(FAKE_PROBE_ZERO)
   *out_score = 0;
   *out_device_count = 0;
   snprintf(reason, reason_capacity, "fake device absent");
+  return DSV4_STATUS_OK;
 #else
   *out_score = FAKE_SCORE;
 #ifdef FAKE_NEEDS_DEP
@@ -59,8 +96,8 @@ static dsv4_status fake_probe(int32_t* out_score, int32_t* out_device_count, cha
 #endif
   *out_device_count = 1;
   snprintf(reason, reason_capacity, "ok");
-#endif
   return DSV4_STATUS_OK;
+#endif
 }
 
 static dsv4_status fake_get_device_info(int32_t index, dsv4_device_info* out_info) {
@@ -114,7 +151,7 @@ static dsv4_status fake_plan_get_kernel_name(const void* mplan, char* buffer, si
   return DSV4_STATUS_OK;
 }
 
-static dsv4_status fake_run(const void* mplan, const dsv4_mod_run* run) {
+__attribute__((unused)) static dsv4_status fake_run(const void* mplan, const dsv4_mod_run* run) {
   (void)mplan;
   (void)run;
   return DSV4_STATUS_UNSUPPORTED;
@@ -133,7 +170,11 @@ static const dsv4_backend_iface g_iface = {
     (uint32_t)sizeof(dsv4_backend_iface),
 #endif
     FAKE_MODULE_ABI,
+#ifdef FAKE_NO_NAME
+    NULL,
+#else
     FAKE_NAME,
+#endif
     "fake 1.0",
     FAKE_DEVICE_TYPE,
     0,
@@ -145,7 +186,11 @@ static const dsv4_backend_iface g_iface = {
     fake_plan_destroy,
     fake_plan_get_workspace_size,
     fake_plan_get_kernel_name,
+#ifdef FAKE_NULL_SLOT
+    NULL, /* run: required */
+#else
     fake_run,
+#endif
     fake_kv_write,
     NULL, /* export_indices: optional */
 };
@@ -170,13 +215,20 @@ FAKE_ENTRY_VISIBILITY dsv4_status dsv4_backend_entry(uint32_t* inout_abi_version
   (void)g_iface;
   return DSV4_STATUS_ABI_MISMATCH;
 #else
-#ifdef FAKE_ABI_MAJOR2
+#if defined(FAKE_ABI_MAJOR2)
   *inout_abi_version = 2u << 16;
+#elif defined(FAKE_ABI_OLD_MAJOR)
+  *inout_abi_version = 9u; /* 0.9 */
 #else
   if ((*inout_abi_version >> 16) != (FAKE_MODULE_ABI >> 16)) return DSV4_STATUS_ABI_MISMATCH;
   if (*inout_abi_version > FAKE_MODULE_ABI) *inout_abi_version = FAKE_MODULE_ABI;
 #endif
+#ifdef FAKE_NULL_IFACE
+  *out_iface = NULL;
+  (void)g_iface;
+#else
   *out_iface = &g_iface;
+#endif
   return DSV4_STATUS_OK;
 #endif
 }

@@ -3,11 +3,14 @@
 // returns, and the debug line the loader logs for that candidate.
 #include <gtest/gtest.h>
 #include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -206,6 +209,13 @@ TEST_P(LoaderFault, EnumerationCreationAndLog) {
   EXPECT_TRUE(found) << "no log line for " << file
                      << " with a verdict and one of the reasons; log:\n"
                      << log.dump();
+
+  // Naming another backend loads only that one: the variant is listed, not loaded.
+  LogCapture named_log;
+  const dsv4_ctx_options cpu_options = make_options(&dir, &named_log);
+  ASSERT_EQ(create_named(cpu_options, "cpu", &ctx_info, &message), DSV4_STATUS_OK) << message;
+  EXPECT_STREQ(ctx_info.backend, "cpu");
+  EXPECT_NE(named_log.find({file, "not loaded"}), "") << named_log.dump();
 }
 
 const std::string kDepFile = DSV4_FAKE_DEP_FILE;
@@ -229,6 +239,28 @@ INSTANTIATE_TEST_SUITE_P(
             "iface_small", false, 0, {"size", "small"}, DSV4_STATUS_NO_BACKEND, {"size", "small"}},
         FaultCase{
             "entry_fails", false, 0, {"entry", "ABI"}, DSV4_STATUS_NO_BACKEND, {"entry", "ABI"}},
+        FaultCase{"abi_old", false, 0, {"ABI", "major"}, DSV4_STATUS_NO_BACKEND, {"ABI", "major"}},
+        FaultCase{"null_iface",
+                  false,
+                  0,
+                  {"no interface table"},
+                  DSV4_STATUS_NO_BACKEND,
+                  {"no interface table"}},
+        FaultCase{
+            "null_slot", false, 0, {"slot run"}, DSV4_STATUS_NO_BACKEND, {"slot run is NULL"}},
+        FaultCase{"no_name", false, 0, {"no name"}, DSV4_STATUS_NO_BACKEND, {"no name"}},
+        FaultCase{"probe_fails",
+                  false,
+                  0,
+                  {"fake probe failure"},
+                  DSV4_STATUS_NO_BACKEND,
+                  {"probe failed", "fake probe failure"}},
+        FaultCase{"vendor_runtime",
+                  false,
+                  0,
+                  {"libdsv4_fake_vendor_runtime.so.1 not found"},
+                  DSV4_STATUS_NO_BACKEND,
+                  {"vendor runtime"}},
         FaultCase{"missing_dep",
                   false,
                   0,
@@ -383,26 +415,155 @@ TEST(Loader, CurrentDirectoryIsNeverSearched) {
   if (status == DSV4_STATUS_OK) dsv4_ctx_destroy(ctx);
 }
 
-TEST(Loader, ModuleDirShadowsBuiltinCpu) {
-  // A module named "cpu" in options.module_dir comes first in search order and hides the real one.
-  const std::string dir = module_dir("shadow_cpu");
+TEST(Loader, ImpostorNameIsRejected) {
+  // A module that calls itself "cpu" from libdsv4-fake_impostor.so (first in the search order,
+  // score 99) is rejected; the real CPU module serves "cpu", and the reason says why.
+  const std::string dir = module_dir("impostor");
   LogCapture log;
   const dsv4_ctx_options options = make_options(&dir, &log);
   const auto infos = enumerate(&options);
-  const dsv4_backend_info* fake = find_file(infos, dir, "fake_shadow_cpu");
+  const dsv4_backend_info* fake = find_file(infos, dir, "fake_impostor");
   ASSERT_NE(fake, nullptr) << describe(infos);
-  EXPECT_EQ(fake->available, 1) << describe(infos);
-  EXPECT_STREQ(fake->name, "cpu");
-  for (const auto& info : infos) {
-    if (&info == fake || std::strcmp(info.name, "cpu") != 0) continue;
-    EXPECT_EQ(info.available, 0) << "second \"cpu\" must be reported shadowed:\n"
-                                 << describe(infos);
-    EXPECT_TRUE(contains(info.status, "shadow")) << info.status;
-  }
+  EXPECT_EQ(fake->available, 0) << describe(infos);
+  EXPECT_TRUE(contains(fake->status, "calls itself 'cpu'")) << fake->status;
+  const dsv4_backend_info* cpu = find_available(infos, "cpu");
+  ASSERT_NE(cpu, nullptr) << describe(infos);
+  EXPECT_FALSE(contains(cpu->path, dir)) << cpu->path;
+
   dsv4_ctx_info ctx_info;
   std::string message;
   ASSERT_EQ(create_named(options, "cpu", &ctx_info, &message), DSV4_STATUS_OK) << message;
-  EXPECT_TRUE(contains(ctx_info.path, dir)) << ctx_info.path;
+  EXPECT_FALSE(contains(ctx_info.path, dir)) << ctx_info.path;
+  EXPECT_TRUE(contains(ctx_info.reason, "options.backend 'cpu'")) << ctx_info.reason;
+  EXPECT_FALSE(contains(ctx_info.reason, "options.module_dir")) << ctx_info.reason;
+  // Naming "cpu" never loaded the impostor; automatic selection (which probes everything) rejects
+  // it too.
+  EXPECT_NE(log.find({"fake_impostor", "not loaded"}), "") << log.dump();
+  dsv4_ctx* ctx = nullptr;
+  ASSERT_EQ(dsv4_ctx_create(&options, &ctx), DSV4_STATUS_OK) << dsv4_last_error_message();
+  std::memset(&ctx_info, 0, sizeof ctx_info);
+  ctx_info.struct_size = sizeof ctx_info;
+  ASSERT_EQ(dsv4_ctx_get_info(ctx, &ctx_info), DSV4_STATUS_OK);
+  EXPECT_STREQ(ctx_info.backend, "cpu");
+  EXPECT_FALSE(contains(ctx_info.path, dir)) << ctx_info.path;
+  dsv4_ctx_destroy(ctx);
+  EXPECT_EQ(create_named(options, "fake_impostor", &ctx_info, &message), DSV4_STATUS_NO_BACKEND);
+  EXPECT_TRUE(contains(message, "calls itself")) << message;
+}
+
+// A module whose probe kills the process sits next to a healthy one: naming the healthy one, or
+// cpu, or asking for its devices never loads it. Enumeration and automatic selection do probe
+// every module (that is how they compare them), so they die unless DSV4_BACKEND_DISABLE names it.
+TEST(Loader, CrashingProbeIsNotLoadedWhenAnotherBackendIsNamed) {
+  const std::string dir = module_dir("crash");
+  LogCapture log;
+  const dsv4_ctx_options options = make_options(&dir, &log);
+  for (const char* name : {"fake_beside_crash", "cpu"}) {
+    dsv4_ctx_info info;
+    std::string message;
+    ASSERT_EQ(create_named(options, name, &info, &message), DSV4_STATUS_OK)
+        << name << ": " << message;
+    EXPECT_STREQ(info.backend, name);
+  }
+  for (const char* file : {"libdsv4-fake_probe_crash.so", "libdsv4-fake_probe_abort.so"})
+    EXPECT_NE(log.find({file, "not loaded"}), "") << log.dump();
+  dsv4_device_info device;
+  std::memset(&device, 0, sizeof device);
+  device.struct_size = sizeof device;
+  EXPECT_EQ(dsv4_get_device_info(&options, "fake_beside_crash", 0, &device), DSV4_STATUS_OK)
+      << dsv4_last_error_message();
+  EXPECT_STREQ(device.name, "fake_beside_crash device");
+}
+
+TEST(LoaderDeathTest, CrashingProbeTakesDownEnumerationUnlessDisabled) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string dir = module_dir("crash");
+  const dsv4_ctx_options options = make_options(&dir);
+  int32_t count = 0;
+  EXPECT_DEATH(dsv4_enumerate_backends(&options, nullptr, 0, &count), "");
+  ASSERT_EQ(setenv("DSV4_BACKEND_DISABLE", "fake_probe_*", 1), 0);
+  const auto infos = enumerate(&options);
+  dsv4_ctx* ctx = nullptr;
+  const dsv4_status status = dsv4_ctx_create(&options, &ctx);  // automatic: the highest score
+  unsetenv("DSV4_BACKEND_DISABLE");
+  EXPECT_NE(find_available(infos, "fake_beside_crash"), nullptr) << describe(infos);
+  ASSERT_EQ(status, DSV4_STATUS_OK) << dsv4_last_error_message();
+  dsv4_ctx_destroy(ctx);
+}
+
+// Files that are no module at all, in a directory of their own: each is listed as unavailable with
+// dlopen's reason (or skipped when it is no regular file), and nothing else is affected.
+TEST(Loader, GarbageFilesAreUnavailable) {
+  char pattern[] = "/tmp/dsv4_loader_garbage_XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  const auto write_file = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+  };
+  std::mt19937 rng(std::random_device{}());
+  std::string random_bytes(8192, '\0');
+  for (char& c : random_bytes) c = static_cast<char>(rng());
+  std::ifstream real(module_dir("ok") + "/libdsv4-fake_ok.so", std::ios::binary);
+  const std::string module_bytes((std::istreambuf_iterator<char>(real)),
+                                 std::istreambuf_iterator<char>());
+  ASSERT_GT(module_bytes.size(), 512u);
+  write_file("libdsv4-garbage.so", random_bytes);
+  write_file("libdsv4-elfgarbage.so",
+             "\x7f"
+             "ELF" +
+                 random_bytes);  // an ELF magic, then noise
+  write_file("libdsv4-empty.so", "");
+  write_file("libdsv4-text.so", "INPUT(-lc)\n");
+  write_file("libdsv4-truncated.so", module_bytes.substr(0, 512));
+  write_file("libdsv4-renamed.so", module_bytes);  // calls itself fake_ok
+  ASSERT_EQ(mkdir((dir + "/libdsv4-directory.so").c_str(), 0700), 0);
+  ASSERT_EQ(symlink((dir + "/missing").c_str(), (dir + "/libdsv4-dangling.so").c_str()), 0);
+
+  const dsv4_ctx_options options = make_options(&dir);
+  const auto infos = enumerate(&options);
+  for (const char* stem : {"garbage", "elfgarbage", "empty", "text", "truncated"}) {
+    const dsv4_backend_info* info = find_file(infos, dir, stem);
+    ASSERT_NE(info, nullptr) << stem << "\n" << describe(infos);
+    EXPECT_EQ(info->available, 0) << stem;
+    EXPECT_TRUE(contains(info->status, "dlopen failed")) << stem << ": " << info->status;
+  }
+  const dsv4_backend_info* renamed = find_file(infos, dir, "renamed");
+  ASSERT_NE(renamed, nullptr) << describe(infos);
+  EXPECT_EQ(renamed->available, 0);
+  EXPECT_TRUE(contains(renamed->status, "calls itself 'fake_ok'")) << renamed->status;
+  EXPECT_EQ(find_file(infos, dir, "directory"), nullptr) << describe(infos);
+  EXPECT_EQ(find_file(infos, dir, "dangling"), nullptr) << describe(infos);
+  EXPECT_NE(find_available(infos, "cpu"), nullptr) << describe(infos);
+
+  dsv4_ctx_info info;
+  std::string message;
+  EXPECT_EQ(create_named(options, "garbage", &info, &message), DSV4_STATUS_NO_BACKEND);
+  EXPECT_TRUE(contains(message, "dlopen failed")) << message;
+  EXPECT_EQ(create_named(options, "renamed", &info, &message), DSV4_STATUS_NO_BACKEND);
+  dsv4_ctx* ctx = nullptr;
+  ASSERT_EQ(dsv4_ctx_create(&options, &ctx), DSV4_STATUS_OK) << dsv4_last_error_message();
+  dsv4_ctx_destroy(ctx);
+  for (const char* name :
+       {"libdsv4-garbage.so", "libdsv4-elfgarbage.so", "libdsv4-empty.so", "libdsv4-text.so",
+        "libdsv4-truncated.so", "libdsv4-renamed.so", "libdsv4-dangling.so", "missing"})
+    unlink((dir + "/" + name).c_str());
+  rmdir((dir + "/libdsv4-directory.so").c_str());
+  rmdir(dir.c_str());
+}
+
+// A missing vendor runtime is the normal state of a GPU module on a CPU machine: unavailable, said
+// at debug level only.
+TEST(Loader, MissingVendorRuntimeIsQuiet) {
+  const std::string dir = module_dir("vendor_runtime");
+  LogCapture log;
+  const dsv4_ctx_options options = make_options(&dir, &log);
+  dsv4_ctx* ctx = nullptr;
+  ASSERT_EQ(dsv4_ctx_create(&options, &ctx), DSV4_STATUS_OK) << dsv4_last_error_message();
+  dsv4_ctx_destroy(ctx);
+  EXPECT_NE(log.find({"fake_vendor_runtime", "vendor runtime"}), "") << log.dump();
+  std::lock_guard<std::mutex> lock(log.mutex);
+  for (const auto& line : log.lines)
+    EXPECT_FALSE(line.first <= DSV4_LOG_WARN && contains(line.second, "vendor")) << line.second;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -494,6 +655,10 @@ TEST(LoaderEnvPath, ModuleDirComesFirstAndOtherIsShadowed) {
   std::string message;
   ASSERT_EQ(create_named(options, "fake_shadow", &info, &message), DSV4_STATUS_OK) << message;
   EXPECT_TRUE(contains(info.path, dir_a)) << info.path;
+  // The reason says what chose it and that it won by coming first.
+  EXPECT_TRUE(contains(info.reason, "options.backend 'fake_shadow'")) << info.reason;
+  EXPECT_TRUE(contains(info.reason, "options.module_dir")) << info.reason;
+  EXPECT_TRUE(contains(info.reason, "first")) << info.reason;
 }
 
 TEST(LoaderEnvLogLevel, EnvLevelAppliesWhenOptionsSayMinusOne) {
