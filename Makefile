@@ -1,15 +1,23 @@
 # libdsv4 — the two set-up commands of the README, plus a few conveniences.
 #   make run        install missing Debian packages, build, run `dsv4 run` on the CPU backend
-#   make test       install, build, run every test
+#   make test       install, build, run every test, then a short smoke of every fuzzer
 #   make test-asan  the suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make test-tsan  the concurrency tests under ThreadSanitizer
+#   make fuzz       every libFuzzer target for FUZZ_SECONDS each (clang, ASan + UBSan)
 #   make bench      build and run the CPU benchmarks
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
+FUZZ_SECONDS ?= 600
+FUZZ_FLAGS ?=
+CLANG ?= clang-14
 
-.PHONY: all deps configure build run test test-asan bench clean format format-check
+.PHONY: all deps configure build run test test-asan test-tsan fuzz-build fuzz-smoke fuzz bench \
+	clean format format-check reliability-report
 
 all: build
 
@@ -30,6 +38,7 @@ run: build
 
 test: build
 	cd $(BUILD) && ctest $(CTEST_FLAGS) -j $(JOBS)
+	$(MAKE) fuzz-smoke
 
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSV4_SANITIZE=address,undefined \
@@ -37,6 +46,30 @@ test-asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest $(CTEST_FLAGS) -j $(JOBS) -LE no-asan
+
+# ThreadSanitizer: only what the concurrency tests need is built (label tsan).
+test-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4_SANITIZE=thread \
+	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BUILD_BENCH=OFF -DDSV4_BUILD_EXAMPLES=OFF $(CMAKE_FLAGS)
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target dsv4_concurrency_test
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest $(CTEST_FLAGS) -j $(JOBS) -L tsan
+
+# libFuzzer (clang): the library and the CPU module with coverage, ASan and UBSan; fuzz/ targets.
+$(FUZZ_BUILD)/build.ninja: | deps
+	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_C_COMPILER=$(CLANG) -DCMAKE_CXX_COMPILER=$(CLANG:clang%=clang++%) \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4_FUZZ=ON -DDSV4_SANITIZE=address,undefined \
+	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BUILD_TESTS=OFF -DDSV4_BUILD_BENCH=OFF -DDSV4_BUILD_EXAMPLES=OFF
+
+fuzz-build: $(FUZZ_BUILD)/build.ninja
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
+# Each fuzzer for DSV4_FUZZ_SMOKE_SECONDS (10) over its committed corpus and found inputs.
+fuzz-smoke: fuzz-build
+	cd $(FUZZ_BUILD) && ctest $(CTEST_FLAGS) -L fuzz
+
+fuzz: fuzz-build
+	python3 scripts/fuzz.py --build $(FUZZ_BUILD) --seconds $(FUZZ_SECONDS) $(FUZZ_FLAGS)
 
 bench: build
 	$(BUILD)/bin/dsv4_bench_cpu
@@ -50,4 +83,4 @@ format-check:
 	cmake-format --check $$(git ls-files 'CMakeLists.txt' '*/CMakeLists.txt' '*.cmake')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

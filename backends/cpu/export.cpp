@@ -64,7 +64,7 @@ dsv4_status cpu_export_indices(const void* /*mplan*/, const dsv4_mod_run* batch,
   }
   const dsv4_mod_export_list& sw = exp->swa;
   const dsv4_mod_export_list& cm = exp->cmp;
-  const bool want_cmp = cm.indices != nullptr && g.cmp_width > 0;
+  const bool want_cmp = dsv4_mod_export_wanted(&cm) && g.cmp_width > 0;
   int64_t swa_offset = 0;
   int64_t cmp_offset = 0;
   for (int64_t t = 0; t < T; ++t) {

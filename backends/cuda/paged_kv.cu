@@ -131,7 +131,7 @@ __global__ void export_csr_lengths_kernel(const export_params p) {
   const paged_token k = paged_locate(p.batch, t);
   const int32_t swa_len = paged_build_swa_row(g, p.batch, k, p.capacity.swa, &scratch, 0);
   p.swa.indptr[(t + 1) * p.swa.indptr_stride] = swa_len;
-  if (p.cmp.indices != nullptr && g.cmp_width > 0)
+  if (dsv4_mod_export_wanted(&p.cmp) && g.cmp_width > 0)
     p.cmp.indptr[(t + 1) * p.cmp.indptr_stride] =
         paged_build_cmp_row(g, p.batch, k, t, p.capacity.cmp, &scratch, 0);
 }
@@ -176,7 +176,7 @@ __global__ void export_csr_rows_kernel(const export_params p) {
     const paged_token k = paged_locate(p.batch, t);
     lens[0] = paged_build_swa_row(g, p.batch, k, p.capacity.swa, row, 1);
     lens[1] = 0;
-    if (p.cmp.indices != nullptr && g.cmp_width > 0)
+    if (dsv4_mod_export_wanted(&p.cmp) && g.cmp_width > 0)
       lens[1] = paged_build_cmp_row(g, p.batch, k, t, p.capacity.cmp, row + g.window, 1);
   }
   __syncthreads();
@@ -203,23 +203,25 @@ cudaError_t paged_build_launch(const paged_build_params& p, cudaStream_t stream)
 }
 
 cudaError_t export_launch(const export_params& p, cudaStream_t stream) {
-  if (p.num_tokens <= 0) return cudaSuccess;
+  const bool csr = p.format == DSV4_EXPORT_CSR;
+  if (p.num_tokens < 0 || (p.num_tokens == 0 && !csr)) return cudaSuccess;
   const int threads = 128;
   const unsigned blocks = static_cast<unsigned>((p.num_tokens + threads - 1) / threads);
-  if (p.format != DSV4_EXPORT_CSR) {
+  if (!csr) {
     export_dense_kernel<<<blocks, threads, 0, stream>>>(p);
     return cudaGetLastError();
   }
-  export_csr_lengths_kernel<<<blocks, threads, 0, stream>>>(p);
+  // A step without tokens still has indptr = {0}: the scans write it.
+  if (p.num_tokens > 0) export_csr_lengths_kernel<<<blocks, threads, 0, stream>>>(p);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   export_csr_scan_kernel<<<1, kScanThreads, 0, stream>>>(p.swa.indptr, p.swa.indptr_stride,
                                                          p.num_tokens);
-  if (p.cmp.indices != nullptr && p.geometry.cmp_width > 0)
+  if (dsv4_mod_export_wanted(&p.cmp) && p.geometry.cmp_width > 0)
     export_csr_scan_kernel<<<1, kScanThreads, 0, stream>>>(p.cmp.indptr, p.cmp.indptr_stride,
                                                            p.num_tokens);
   err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
+  if (err != cudaSuccess || p.num_tokens == 0) return err;
   const size_t smem =
       static_cast<size_t>(p.geometry.window + p.geometry.cmp_width) * sizeof(int32_t);
   if (smem > 48 * 1024) {

@@ -17,7 +17,8 @@ extern "C" {
 
 /** One exported list (SWA, compressed, or FlashInfer's combined matrix). */
 typedef struct dsv4_mod_export_list {
-  int32_t* indices;   /**< NULL when this list is not exported */
+  int32_t* indices;   /**< NULL when this list is not exported, or is empty (no tokens: spec
+                           12.3 forms no address); see dsv4_mod_export_wanted */
   int64_t row_stride; /**< dense: elements between the rows of consecutive tokens */
   int64_t col_stride; /**< dense: elements between consecutive columns */
   int64_t width;      /**< dense: columns to write (>= the list width; extra ones get -1);
@@ -27,6 +28,18 @@ typedef struct dsv4_mod_export_list {
   int32_t* indptr; /**< CSR: [T+1]; NULL for dense formats */
   int64_t indptr_stride;
 } dsv4_mod_export_list;
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define DSV4_MOD_EXPORT_INLINE static inline __host__ __device__
+#else
+#define DSV4_MOD_EXPORT_INLINE static inline
+#endif
+
+/** Whether the caller asked for list `l`: its indices, or (CSR, where the indptr of a step without
+ *  tokens still gets its one 0) its indptr. Host and device code. */
+DSV4_MOD_EXPORT_INLINE int dsv4_mod_export_wanted(const dsv4_mod_export_list* l) {
+  return l->indices != NULL || l->indptr != NULL;
+}
 
 typedef struct dsv4_mod_export {
   uint32_t struct_size; /**< sizeof(dsv4_mod_export) as the host built it */

@@ -690,6 +690,19 @@ TEST_F(PagedEdges, C128AFirstEntryAndWidthCap) {
   EXPECT_EQ(cmp_at(e, 2, 127), (205 + 63) * 2 + 1);
 }
 
+TEST_F(PagedEdges, StepWithoutTokens) {
+  // No request and no token: every format succeeds, and CSR's indptr is {0} for both lists (the
+  // lists' flat indices are empty tensors, which carry no address: spec 12.3).
+  for (int64_t ratio : {1, 4, 128}) {
+    SCOPED_TRACE("compress_ratio " + std::to_string(ratio));
+    Layer l;
+    l.cfg.compress_ratio = ratio;
+    l.cfg.index_topk = 8;
+    l.cfg.cmp_block_size = ratio == 128 ? 2 : 64;
+    export_flashmla(l, decode_step(l, {}, 0));  // checks every format against the reference
+  }
+}
+
 TEST_F(PagedEdges, PaddingTokensInsideRequestsAndFlashInferLengths) {
   Layer l;
   l.cfg.compress_ratio = 4;
