@@ -95,6 +95,7 @@ dsv4_ctx* ctx_create(const dsv4_ctx_options& o) {
   request.module_dir = o.module_dir;
   request.num_threads = o.device.device_type == DSV4_DEVICE_CPU ? resolve_threads(o, ctx->log) : 0;
   opened_backend b = open_backend(request, ctx->log);
+  // b.mctx is owned by the context from here: nothing below may throw (ctx_destroy releases it).
   ctx->module = b.module;
   ctx->mctx = b.mctx;
   ctx->device = b.device;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 
 #include "base/env.h"
 #include "base/error.h"
@@ -58,6 +59,9 @@ bool open_module(loaded_module& m) {
   const dsv4_backend_iface* iface = nullptr;
   clear_module_error();
   const dsv4_status st = entry(&abi, &kHostServices, &iface);
+  // Out of memory is not the module's verdict on this machine: fail this call, keep nothing, and
+  // let the next call try again (its record would otherwise stay "unavailable" for good).
+  if (st == DSV4_STATUS_OUT_OF_MEMORY) throw std::bad_alloc();
   const std::string module_message = take_module_error();
   if (st != DSV4_STATUS_OK) {
     m.status = std::string("entry returned ") + status_name(st) + " (module ABI " +
@@ -117,6 +121,7 @@ void probe_module(loaded_module& m) {
   int32_t count = 0;
   clear_module_error();
   const dsv4_status st = m.iface.probe(&score, &count, reason, sizeof reason);
+  if (st == DSV4_STATUS_OUT_OF_MEMORY) throw std::bad_alloc();  // as for the entry
   reason[sizeof reason - 1] = '\0';
   const std::string module_message = take_module_error();
   m.score = score;

@@ -27,7 +27,9 @@ struct loaded_module {
 };
 
 // Loads (once per process) the module at `real_path`, negotiates and probes it. Never throws
-// except std::bad_alloc; failures are recorded in the returned record. Thread-safe.
+// except std::bad_alloc (also when the module's entry or probe runs out of memory: nothing is
+// recorded then, so a later call tries again); other failures are recorded in the returned record.
+// Thread-safe.
 const loaded_module& load_module(const std::string& real_path);
 
 // The host services table handed to every module.

@@ -327,6 +327,14 @@ opened_backend open_backend(const backend_request& request, const logger& log) {
     clear_module_error();
     const dsv4_status st = c.module->iface.ctx_create(&config, &mctx);
     if (st == DSV4_STATUS_OK && mctx != nullptr) {
+      // The module context is ours now: released again if building the answer runs out of memory.
+      struct release_on_failure {
+        const dsv4_backend_iface* iface;
+        void* mctx;
+        ~release_on_failure() {
+          if (mctx != nullptr) iface->ctx_destroy(mctx);
+        }
+      } guard{&c.module->iface, mctx};
       opened_backend out;
       out.module = c.module;
       out.path = c.path;
@@ -364,6 +372,7 @@ opened_backend open_backend(const backend_request& request, const logger& log) {
                             c.name.c_str(), c.module->score)
                 : strprintf("rejected (lower score than %s (%d))", c.name.c_str(), c.module->score);
       log_verdicts();
+      guard.mctx = nullptr;
       return out;
     }
     std::string message = take_module_error();

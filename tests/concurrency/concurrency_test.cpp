@@ -87,7 +87,8 @@ struct Layer {
     for (auto& s : sink) s = static_cast<float>(rng.normal());
   }
 
-  dsv4_status write(dsv4_ctx* ctx, const std::vector<float>& rows, const std::vector<int32_t>& slots) {
+  dsv4_status write(dsv4_ctx* ctx, const std::vector<float>& rows,
+                    const std::vector<int32_t>& slots) {
     const int64_t n = static_cast<int64_t>(slots.size());
     TensorView vt(const_cast<float*>(rows.data()), kCpu, kF32, {n, 512});
     TensorView st(const_cast<int32_t*>(slots.data()), kCpu, kI32, {n});
@@ -197,10 +198,12 @@ TEST(Concurrency, KvWritesFromSeveralThreads) {
     for (int64_t s = i; s < slots; s += kThreads)
       for (int copy = 0; copy < 3; ++copy) mine[i].push_back(static_cast<int32_t>(s));
     std::shuffle(mine[i].begin(), mine[i].end(), rng.gen());
-    for (size_t r = 0; r < mine[i].size() * 512; ++r) rows[i].push_back(static_cast<float>(rng.normal()));
+    for (size_t r = 0; r < mine[i].size() * 512; ++r)
+      rows[i].push_back(static_cast<float>(rng.normal()));
     for (size_t r = 0; r < mine[i].size(); ++r) {
       bool last = true;
-      for (size_t later = r + 1; later < mine[i].size(); ++later) last = last && mine[i][later] != mine[i][r];
+      for (size_t later = r + 1; later < mine[i].size(); ++later)
+        last = last && mine[i][later] != mine[i][r];
       if (!last) continue;
       last_slots.push_back(mine[i][r]);
       last_rows.insert(last_rows.end(), rows[i].begin() + r * 512, rows[i].begin() + (r + 1) * 512);
@@ -266,7 +269,8 @@ TEST(Concurrency, ContextsCreatedAndDestroyedOnOtherThreads) {
   std::vector<Sink> sinks(kThreads);
   run_threads(kThreads, [&](int i) {
     for (int k = 0; k < 6; ++k) {
-      CtxPtr ctx = cpu_ctx(1 + (i + k) % 3, &Sink::fn, &sinks[static_cast<size_t>(i)], DSV4_LOG_DEBUG);
+      CtxPtr ctx =
+          cpu_ctx(1 + (i + k) % 3, &Sink::fn, &sinks[static_cast<size_t>(i)], DSV4_LOG_DEBUG);
       int32_t count = 0;
       if (!ctx || dsv4_enumerate_backends(nullptr, nullptr, 0, &count) != DSV4_STATUS_OK) ++wrong;
       dsv4_device_info info;

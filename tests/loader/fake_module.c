@@ -22,6 +22,8 @@
  *   FAKE_PROBE_FAILS   probe returns DSV4_STATUS_BACKEND_ERROR with a message
  *   FAKE_PROBE_CRASH   probe dies of SIGSEGV
  *   FAKE_PROBE_ABORT   probe calls abort()
+ *   FAKE_PROBE_OOM_ONCE the first probe runs out of memory (DSV4_STATUS_OUT_OF_MEMORY), later ones
+ *                      succeed
  *   FAKE_VENDOR_RUNTIME probe looks for its vendor runtime with dlopen, as GPU modules do, and
  *                      reports score 0 when it is missing (it always is)
  *
@@ -69,6 +71,13 @@ static dsv4_status fake_probe(int32_t* out_score, int32_t* out_device_count, cha
   raise(SIGSEGV);
 #elif defined(FAKE_PROBE_ABORT)
   abort();
+#endif
+#ifdef FAKE_PROBE_OOM_ONCE
+  static int probes = 0;
+  if (probes++ == 0) {
+    if (g_host) g_host->set_error("fake probe out of memory");
+    return DSV4_STATUS_OUT_OF_MEMORY;
+  }
 #endif
 #if defined(FAKE_PROBE_FAILS)
   (void)out_score;

@@ -551,6 +551,19 @@ TEST(Loader, GarbageFilesAreUnavailable) {
   rmdir(dir.c_str());
 }
 
+// A module that runs out of memory in its first probe is not recorded as unavailable: that call
+// fails with OUT_OF_MEMORY and the next one loads it.
+TEST(Loader, ProbeOutOfMemoryIsRetried) {
+  const std::string dir = module_dir("probe_oom");
+  const dsv4_ctx_options options = make_options(&dir);
+  dsv4_ctx_info info;
+  std::string message;
+  EXPECT_EQ(create_named(options, "fake_probe_oom", &info, &message), DSV4_STATUS_OUT_OF_MEMORY)
+      << message;
+  ASSERT_EQ(create_named(options, "fake_probe_oom", &info, &message), DSV4_STATUS_OK) << message;
+  EXPECT_STREQ(info.backend, "fake_probe_oom");
+}
+
 // A missing vendor runtime is the normal state of a GPU module on a CPU machine: unavailable, said
 // at debug level only.
 TEST(Loader, MissingVendorRuntimeIsQuiet) {
