@@ -4,6 +4,7 @@
 #   make test-asan  the suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make test-tsan  the concurrency tests under ThreadSanitizer
 #   make fuzz       every libFuzzer target for FUZZ_SECONDS each (clang, ASan + UBSan)
+#   make reliability-report   docs/reliability.md's figures from the runs recorded above
 #   make bench      build and run the CPU benchmarks
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -37,7 +38,7 @@ run: build
 	$(BUILD)/bin/dsv4 run --backend cpu
 
 test: build
-	cd $(BUILD) && ctest $(CTEST_FLAGS) -j $(JOBS)
+	cd $(BUILD) && ctest $(CTEST_FLAGS) -j $(JOBS) --output-junit ctest-junit.xml
 	$(MAKE) fuzz-smoke
 
 test-asan: deps
@@ -45,7 +46,8 @@ test-asan: deps
 	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BUILD_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
-	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest $(CTEST_FLAGS) -j $(JOBS) -LE no-asan
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest $(CTEST_FLAGS) -j $(JOBS) -LE no-asan \
+	  --output-junit ctest-junit.xml
 
 # ThreadSanitizer: only what the concurrency tests need is built (label tsan).
 test-tsan: deps
@@ -53,7 +55,7 @@ test-tsan: deps
 	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BUILD_BENCH=OFF -DDSV4_BUILD_EXAMPLES=OFF $(CMAKE_FLAGS)
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target dsv4_concurrency_test
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  ctest $(CTEST_FLAGS) -j $(JOBS) -L tsan
+	  ctest $(CTEST_FLAGS) -j $(JOBS) -L tsan --output-junit ctest-junit.xml
 
 # libFuzzer (clang): the library and the CPU module with coverage, ASan and UBSan; fuzz/ targets.
 $(FUZZ_BUILD)/build.ninja: | deps
@@ -66,10 +68,17 @@ fuzz-build: $(FUZZ_BUILD)/build.ninja
 
 # Each fuzzer for DSV4_FUZZ_SMOKE_SECONDS (10) over its committed corpus and found inputs.
 fuzz-smoke: fuzz-build
-	cd $(FUZZ_BUILD) && ctest $(CTEST_FLAGS) -L fuzz
+	cd $(FUZZ_BUILD) && ctest $(CTEST_FLAGS) -L fuzz --output-junit ctest-junit.xml
 
 fuzz: fuzz-build
-	python3 scripts/fuzz.py --build $(FUZZ_BUILD) --seconds $(FUZZ_SECONDS) $(FUZZ_FLAGS)
+	python3 scripts/fuzz.py --build $(FUZZ_BUILD) --seconds $(FUZZ_SECONDS) \
+	  --record $(FUZZ_BUILD)/fuzz-runs.jsonl $(FUZZ_FLAGS)
+
+# Folds the runs recorded in the build directories (and gpu-out/sanitize) into
+# docs/reliability/runs.jsonl and regenerates the figures of docs/reliability.md.
+reliability-report:
+	python3 scripts/reliability_report.py $(foreach d,$(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) \
+	  $(FUZZ_BUILD) gpu-out/sanitize,$(if $(wildcard $(d)),--from $(d)))
 
 bench: build
 	$(BUILD)/bin/dsv4_bench_cpu

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -132,6 +133,8 @@ long sweep(std::atomic<long>& countdown, std::initializer_list<dsv4_status> allo
     }
     if (!reached) {
       EXPECT_EQ(st, DSV4_STATUS_OK) << "without an injected failure: " << dsv4_last_error_message();
+      // For scripts/reliability_report.py: how many failures this sweep injected.
+      std::printf("alloc sweep: %ld failures injected\n", n);
       return n;
     }
     bool expected = false;
