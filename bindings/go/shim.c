@@ -9,15 +9,32 @@
 #include <string.h>
 
 // Every function of the public headers, resolved with dlsym: no link-time dependency on libdsv4.
-#define DSV4GO_SYMBOLS(X)                                                                        \
-  X(dsv4_get_version)                                                                            \
-  X(dsv4_get_version_string) X(dsv4_status_string) X(dsv4_last_error_message)                    \
-      X(dsv4_ctx_options_init) X(dsv4_ctx_create) X(dsv4_ctx_destroy) X(dsv4_enumerate_backends) \
-          X(dsv4_get_device_info) X(dsv4_ctx_get_info) X(dsv4_kv_layout_info_init)               \
-              X(dsv4_kv_layout_get_info) X(dsv4_plan_options_init) X(dsv4_plan_create)           \
-                  X(dsv4_plan_destroy) X(dsv4_plan_get_workspace_size) X(dsv4_plan_get_info)     \
-                      X(dsv4_run_args_init) X(dsv4_run) X(dsv4_kv_write_args_init)               \
-                          X(dsv4_kv_write) X(dsv4_export_args_init) X(dsv4_export_indices)
+// clang-format off
+#define DSV4GO_SYMBOLS(X) \
+  X(dsv4_get_version) \
+  X(dsv4_get_version_string) \
+  X(dsv4_status_string) \
+  X(dsv4_last_error_message) \
+  X(dsv4_ctx_options_init) \
+  X(dsv4_ctx_create) \
+  X(dsv4_ctx_destroy) \
+  X(dsv4_enumerate_backends) \
+  X(dsv4_get_device_info) \
+  X(dsv4_ctx_get_info) \
+  X(dsv4_kv_layout_info_init) \
+  X(dsv4_kv_layout_get_info) \
+  X(dsv4_plan_options_init) \
+  X(dsv4_plan_create) \
+  X(dsv4_plan_destroy) \
+  X(dsv4_plan_get_workspace_size) \
+  X(dsv4_plan_get_info) \
+  X(dsv4_run_args_init) \
+  X(dsv4_run) \
+  X(dsv4_kv_write_args_init) \
+  X(dsv4_kv_write) \
+  X(dsv4_export_args_init) \
+  X(dsv4_export_indices)
+// clang-format on
 
 // The names are followed by ')' where called: the header's same-named init macros stay unexpanded.
 static struct {
