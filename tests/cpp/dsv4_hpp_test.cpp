@@ -1,6 +1,8 @@
 // dsv4.hpp, the header-only C++17 wrapper: the binding test vectors through it (compared with the
-// float64 reference by the spec 2.4 rule), strided views, RAII lifetimes, and bad input turned
-// into dsv4::Error with libdsv4's message. DSV4_VECTORS_DIR names the vectors (a ctest fixture).
+// float64 reference by the spec 2.4 rule) on the test device (DSV4_TEST_DEVICE=cpu|cuda: device
+// pointers for a GPU backend), strided views, RAII lifetimes, and bad input turned into
+// dsv4::Error with libdsv4's message (host memory). DSV4_VECTORS_DIR names the vectors (a ctest
+// fixture).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,6 +13,8 @@
 #include <vector>
 
 #include "compare_rule.h"
+#include "test_env.h"
+#include "test_util.h"
 #include "vectors.h"
 
 namespace {
@@ -155,13 +159,58 @@ Outputs run_case(const dsv4::Context& ctx, const vec_case& c) {
   return out;
 }
 
+// Every case with its tensors in the test device's memory (device pointers on a GPU).
 TEST(Hpp, VectorsMatchTheReference) {
+  using dsv4test::g_device;
+  if (g_device == nullptr) GTEST_SKIP() << dsv4test::g_device_why;
   ASSERT_GT(vectors().num_cases, 0);
-  dsv4::Context ctx;
+  dsv4::ContextOptions options;
+  options.device = g_device->device();
+  if (std::getenv("DSV4_BACKEND") == nullptr) options.backend = g_device->backend();
+  dsv4::Context ctx(options);
   for (int i = 0; i < vectors().num_cases; ++i) {
     const vec_case& c = vectors().cases[i];
     SCOPED_TRACE(c.name);
-    EXPECT_TRUE(matches_reference(c, run_case(ctx, c)));
+    dsv4::Plan plan(ctx, plan_options(c));
+    dsv4test::DeviceBuffer workspace(g_device, plan.workspace_size());
+    std::vector<dsv4test::DeviceBuffer> buffers;
+    std::vector<dsv4::Tensor> tensors;
+    tensors.reserve(VEC_MAX_INPUTS + VEC_MAX_OUTPUTS);
+    dsv4::RunArgs args;
+    for (int k = 0; k < c.num_inputs; ++k) {
+      const vec_tensor& t = c.inputs[k];
+      buffers.emplace_back(g_device, static_cast<size_t>(t.elements) * t.code.bits / 8);
+      g_device->upload(buffers.back().get(), t.data, buffers.back().bytes());
+      tensors.emplace_back(buffers.back().get(), t.code, t.shape, t.ndim, nullptr,
+                           g_device->device());
+    }
+    std::vector<dsv4::Tensor> host_view;  // set_inputs names the fields; point them at the device
+    set_inputs(c, host_view, args);
+    dsv4_run_args& raw = args.get();
+    for (const dsv4_tensor** field :
+         {&raw.q, &raw.swa_cache, &raw.extra_cache, &raw.attn_sink, &raw.indices, &raw.lengths,
+          &raw.extra_indices, &raw.extra_lengths, &raw.query_start_loc, &raw.seq_lens,
+          &raw.swa_block_table, &raw.cmp_block_table, &raw.slot_mapping, &raw.topk_indices}) {
+      for (int k = 0; k < c.num_inputs; ++k) {
+        if (*field == host_view[k].get()) *field = tensors[k].get();
+      }
+    }
+    for (int k = 0; k < c.num_outputs; ++k) {
+      const vec_tensor& t = c.outputs[k];
+      buffers.emplace_back(g_device, static_cast<size_t>(t.elements) * t.code.bits / 8);
+      buffers.back().fill(0xff);  // NaN: every element must be written
+      tensors.emplace_back(buffers.back().get(), t.code, t.shape, t.ndim, nullptr,
+                           g_device->device());
+      const std::string n = t.name;
+      if (n == "out") args.out(tensors.back());
+      if (n == "lse") args.lse(tensors.back());
+      if (n == "max_logits") args.max_logits(tensors.back());
+    }
+    plan.run(args.workspace(workspace.get(), workspace.bytes()).stream(g_device->stream()));
+    Outputs got;
+    for (int k = 0; k < c.num_outputs; ++k)
+      got.bytes.push_back(buffers[c.num_inputs + k].download<uint8_t>());
+    EXPECT_TRUE(matches_reference(c, got));
   }
 }
 
