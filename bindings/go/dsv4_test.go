@@ -14,7 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"unsafe"
 )
 
 // ------------------------------------------------------------------ the ABI table
@@ -365,6 +367,45 @@ func TestVectorsMatchTheReference(t *testing.T) {
 			}
 		}
 		plan.Close()
+	}
+}
+
+// Raw addresses (as for device memory: here mmap'd, outside Go's heap) for the output and the
+// workspace give the same result.
+func TestRawAddressesRunLikeSlices(t *testing.T) {
+	seed, cases := loadVectors(t)
+	c := findCase(t, cases, "explicit_fp8_extra")
+	ctx, err := NewContext(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	opts := planOptions(t, c)
+	plan, err := ctx.NewPlan(&opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plan.Close()
+	size, _ := plan.WorkspaceSize()
+	out := &c.outputs[0]
+	mem, err := syscall.Mmap(-1, 0, len(out.want)*2+size+1, syscall.PROT_READ|syscall.PROT_WRITE,
+		syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(mem)
+	for i := range mem {
+		mem[i] = 0xff
+	}
+	base := uintptr(unsafe.Pointer(&mem[0]))
+	args, _ := prepare(t, c)
+	args.Out = RawTensor(base, CPU, BFloat16, out.shape, nil)
+	args.Workspace = RawTensor(base+uintptr(len(out.want)*2), CPU, UInt8, []int64{int64(size)}, nil)
+	if err := plan.Run(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := compare(out, mem[:len(out.want)*2]); err != nil {
+		t.Errorf("%v (vectors seed %d)", err, seed)
 	}
 }
 

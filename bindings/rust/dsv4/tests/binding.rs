@@ -245,6 +245,40 @@ fn vectors_match_the_reference() {
     }
 }
 
+// Raw pointers (as for device memory) for the output and the workspace give the same bits.
+#[test]
+fn raw_pointers_run_like_slices() {
+    let (seed, cases) = load();
+    let case = cases.iter().find(|c| c.name == "explicit_fp8_extra").unwrap();
+    let ctx = Context::cpu().unwrap();
+    let plan = ctx.plan(&plan_options(case)).unwrap();
+    let inputs = input_tensors(case);
+    let out = &case.outputs[0];
+    let mut raw_out = vec![0xffu8; out.want.len() * 2];
+    let mut workspace = vec![0u8; plan.workspace_size().unwrap()];
+    // SAFETY: both buffers outlive the run and hold what the shapes say.
+    let out_t = unsafe {
+        Tensor::from_raw(
+            raw_out.as_mut_ptr().cast(),
+            dsv4::Device::CPU,
+            DType::BF16,
+            &out.shape,
+            None,
+        )
+    }
+    .unwrap();
+    let mut args = RunArgs {
+        out: Some(&out_t),
+        workspace: Workspace::Raw { data: workspace.as_mut_ptr().cast(), bytes: workspace.len() },
+        ..RunArgs::default()
+    };
+    for (t, i) in inputs.iter().zip(&case.inputs) {
+        args.set(&i.name, t).unwrap();
+    }
+    plan.run(&mut args).unwrap();
+    compare(&case.name, out, &raw_out, seed).unwrap();
+}
+
 #[test]
 fn one_plan_runs_on_several_threads() {
     let (seed, cases) = load();
