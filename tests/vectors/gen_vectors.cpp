@@ -211,6 +211,16 @@ std::vector<float> random_sink(int64_t H, bool infinite, Rng& rng) {
 
 // Explicit-mode list of width `width` over `cache`: mostly valid slots, some invalid entries, a
 // random length (token 0: the whole width). Valid rows are written.
+RefList random_list(int64_t t, int64_t width, Cache& cache, Rng& rng);
+
+// A CSR row: 0..width entries (token 0: width) capped by a random length.
+RefList random_csr_row(int64_t t, int64_t width, Cache& cache, Rng& rng) {
+  RefList row = random_list(0, t == 0 ? width : rng.randint(0, width), cache, rng);
+  row.length = t == 0 ? static_cast<int64_t>(row.idx.size())
+                      : rng.randint(0, static_cast<int64_t>(row.idx.size()));
+  return row;
+}
+
 RefList random_list(int64_t t, int64_t width, Cache& cache, Rng& rng) {
   RefList list;
   list.idx.resize(static_cast<size_t>(width));
@@ -250,6 +260,7 @@ struct ExplicitSpec {
   int64_t extra_block_size, extra_num_blocks;
   int64_t tokens, heads, topk, extra_topk;
   bool sink, prefill;
+  bool csr = false;  // CSR lists (indptr + flat indices; rows of 0..topk entries) instead of dense
 };
 
 Case explicit_case(const ExplicitSpec& s, Rng& rng) {
@@ -262,9 +273,11 @@ Case explicit_case(const ExplicitSpec& s, Rng& rng) {
   p.num_heads = s.heads;
   p.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
   const std::vector<uint16_t> q = random_q(s.tokens, s.heads, rng, &p.q);
-  std::vector<int32_t> indices, lengths, extra_indices, extra_lengths;
+  std::vector<int32_t> indices, lengths, extra_indices, extra_lengths, indptr(1, 0);
   for (int64_t t = 0; t < s.tokens; ++t) {
-    p.main_lists.push_back(random_list(t, s.topk, cache, rng));
+    p.main_lists.push_back(s.csr ? random_csr_row(t, s.topk, cache, rng)
+                                 : random_list(t, s.topk, cache, rng));
+    indptr.push_back(indptr.back() + static_cast<int32_t>(p.main_lists.back().idx.size()));
     indices.insert(indices.end(), p.main_lists.back().idx.begin(), p.main_lists.back().idx.end());
     lengths.push_back(static_cast<int32_t>(p.main_lists.back().length));
     if (!extra) continue;
@@ -292,6 +305,7 @@ Case explicit_case(const ExplicitSpec& s, Rng& rng) {
   k.option("num_heads", s.heads);
   k.option("max_tokens", s.tokens);
   k.option("topk", s.topk);
+  if (s.csr) k.option("index_format", DSV4_INDEX_CSR);
   cache.describe(k, "swa_cache");
   if (extra) {
     extra_cache.describe(k, "extra_cache");
@@ -299,7 +313,12 @@ Case explicit_case(const ExplicitSpec& s, Rng& rng) {
   }
   k.input("q", "bfloat16", {s.tokens, s.heads, kDim}, q);
   cache.add_input(k, "swa_cache");
-  k.input("indices", "int32", {s.tokens, s.topk}, indices);
+  if (s.csr) {
+    k.input("indptr", "int32", {s.tokens + 1}, indptr);
+    k.input("indices", "int32", {static_cast<int64_t>(indices.size())}, indices);
+  } else {
+    k.input("indices", "int32", {s.tokens, s.topk}, indices);
+  }
   k.input("lengths", "int32", {s.tokens}, lengths);
   if (extra) {
     extra_cache.add_input(k, "extra_cache");
@@ -481,6 +500,7 @@ int main(int argc, char** argv) {
   }
   const std::string dir = argv[1];
   const uint64_t seed = run_seed();
+  size_t cases_written = 0;
   try {
     std::filesystem::create_directories(dir);
     Rng rng(seed);
@@ -493,6 +513,10 @@ int main(int argc, char** argv) {
                                   rng));
     cases.push_back(explicit_case({"explicit_fp8_extra", DSV4_KV_LAYOUT_FP8_V4_584B, 64, 2, 576,
                                    DSV4_KV_LAYOUT_FP8_V4_584B, 5, 6, 6, 16, 32, 16, false, true},
+                                  rng));
+    // CSR lists over a bf16 cache with 7-entry blocks, rows of any length capped by lengths.
+    cases.push_back(explicit_case({"explicit_csr_bf16", DSV4_KV_LAYOUT_BF16, 7, 9, 0,
+                                   DSV4_KV_LAYOUT_NONE, 0, 0, 6, 8, 40, 0, true, true, true},
                                   rng));
     // Paged mode: an MTP decode step of a C4A layer over FP8 584 B caches with a sink, and a
     // chunked prefill of a C128A layer over bf16 caches with odd block sizes and padding.
@@ -537,12 +561,13 @@ int main(int argc, char** argv) {
     if (manifest == nullptr) throw std::runtime_error("cannot write " + dir + "/manifest.txt");
     std::fprintf(manifest, "dsv4-vectors 1\nseed %" PRIu64 "\n", seed);
     for (const Case& c : cases) c.write(dir, manifest);
+    cases_written = cases.size();
     if (std::fclose(manifest) != 0) throw std::runtime_error("cannot write the manifest");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dsv4_gen_vectors: %s (seed %" PRIu64 ")\n", e.what(), seed);
     return 1;
   }
-  std::printf("dsv4_gen_vectors: 4 cases in %s (seed %" PRIu64 ", DSV4_TEST_SEED replays it)\n",
-              dir.c_str(), seed);
+  std::printf("dsv4_gen_vectors: %zu cases in %s (seed %" PRIu64 ", DSV4_TEST_SEED replays it)\n",
+              cases_written, dir.c_str(), seed);
   return 0;
 }
