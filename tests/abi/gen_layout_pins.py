@@ -18,6 +18,7 @@ HEADERS = ["include/dsv4/dsv4_types.h", "include/dsv4/dsv4.h", "include/dsv4/dsv
 STRUCTS = ["dsv4_device", "dsv4_dtype", "dsv4_tensor", "dsv4_kv_cache_desc", "dsv4_kv_layout_info",
            "dsv4_ctx_options", "dsv4_backend_info", "dsv4_device_info", "dsv4_ctx_info",
            "dsv4_plan_options", "dsv4_plan_info", "dsv4_run_args", "dsv4_kv_write_args", "dsv4_export_args",
+           "dsv4_merge_args",
            "dsv4_backend_iface"]
 
 
