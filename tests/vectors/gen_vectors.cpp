@@ -42,6 +42,8 @@ class Case {
   explicit Case(std::string name) : name_(std::move(name)) {}
 
   void option(const std::string& key, int64_t value) { options_.push_back({key, value}); }
+  // The libdsv4 call the case makes: "run" (dsv4_run through a plan) or "merge" (dsv4_merge).
+  void op(const char* name) { op_ = name; }
 
   template <typename T>
   void input(const std::string& name, const char* dtype, std::vector<int64_t> shape,
@@ -59,7 +61,7 @@ class Case {
 
   // Appends the case to the manifest and writes its files into `dir`.
   void write(const std::string& dir, FILE* manifest) const {
-    std::fprintf(manifest, "case %s\n", name_.c_str());
+    std::fprintf(manifest, "case %s\nop %s\n", name_.c_str(), op_.c_str());
     for (const auto& o : options_)
       std::fprintf(manifest, "option %s %" PRId64 "\n", o.first.c_str(), o.second);
     for (const Blob& b : inputs_) {
@@ -106,6 +108,7 @@ class Case {
   }
 
   std::string name_;
+  std::string op_ = "run";
   std::vector<std::pair<std::string, int64_t>> options_;
   std::vector<Blob> inputs_;
   std::vector<Output> outputs_;
@@ -127,16 +130,20 @@ class Rng {
 // A host cache: NaN bytes everywhere until a row is written.
 struct Cache {
   uint32_t layout = 0;
+  uint32_t flags = 0;  // DSV4_KV_CACHE_FLAG_*
   int64_t block_size = 0, stride = 0, num_blocks = 0;
   std::vector<uint8_t> bytes;
   std::vector<bool> written;
 
-  Cache(uint32_t layout_, int64_t block_size_, int64_t num_blocks_, int64_t extra_stride)
-      : layout(layout_), block_size(block_size_), num_blocks(num_blocks_) {
+  // NaN bytes: 0xff for bf16, fp16, OCP e4m3 and UE8M0; 0x80 for e4m3 FNUZ.
+  Cache(uint32_t layout_, int64_t block_size_, int64_t num_blocks_, int64_t extra_stride,
+        uint32_t flags_ = 0)
+      : layout(layout_), flags(flags_), block_size(block_size_), num_blocks(num_blocks_) {
     stride = dsv4test::ref_layout_min_block_bytes(layout, block_size) + extra_stride;
-    bytes.assign(static_cast<size_t>(stride * num_blocks), 0xff);
+    bytes.assign(static_cast<size_t>(stride * num_blocks), fnuz() ? 0x80 : 0xff);
     written.assign(static_cast<size_t>(capacity()), false);
   }
+  bool fnuz() const { return (flags & DSV4_KV_CACHE_FLAG_FP8_FNUZ) != 0; }
   int64_t capacity() const { return num_blocks * block_size; }
 
   // Random well-formed content for `slot` (KV values of about N(0, 0.25^2), as in `dsv4 run`).
@@ -145,18 +152,25 @@ struct Cache {
     written[slot] = true;
     uint8_t* block = bytes.data() + (slot / block_size) * stride;
     const int64_t e = slot % block_size;
-    auto put_bf16 = [](uint8_t* p, double v) {
-      const uint16_t b = dsv4test::ref_double_to_bf16(v);
+    auto put16 = [](uint8_t* p, uint16_t b) {
       p[0] = static_cast<uint8_t>(b & 0xff);
       p[1] = static_cast<uint8_t>(b >> 8);
     };
-    if (layout == DSV4_KV_LAYOUT_BF16) {
-      for (int64_t d = 0; d < kDim; ++d) put_bf16(block + e * 1024 + 2 * d, 0.25 * rng.normal());
+    auto put_bf16 = [&](uint8_t* p, double v) { put16(p, dsv4test::ref_double_to_bf16(v)); };
+    if (layout == DSV4_KV_LAYOUT_BF16 || layout == DSV4_KV_LAYOUT_FP16) {
+      for (int64_t d = 0; d < kDim; ++d) {
+        const double v = 0.25 * rng.normal();
+        put16(block + e * 1024 + 2 * d, layout == DSV4_KV_LAYOUT_BF16
+                                            ? dsv4test::ref_double_to_bf16(v)
+                                            : dsv4test::ref_double_to_fp16(v));
+      }
     } else if (layout == DSV4_KV_LAYOUT_FP8_V4_584B) {
       uint8_t* data = block + e * 576;
-      // Any e4m3 byte but the NaNs (0x7f, 0xff); UE8M0 tile scales 2^-12 .. 2^-8.
+      // Any e4m3 byte but the NaNs (OCP: 0x7f, 0xff; FNUZ: 0x80); UE8M0 scales 2^-12 .. 2^-8.
       for (int64_t d = 0; d < 448; ++d) {
-        data[d] = static_cast<uint8_t>(rng.randint(0, 0x7e) | (rng.chance(0.5) ? 0x80 : 0));
+        do {
+          data[d] = static_cast<uint8_t>(rng.randint(0, 0x7e) | (rng.chance(0.5) ? 0x80 : 0));
+        } while (fnuz() && data[d] == 0x80);
       }
       for (int64_t j = 0; j < 64; ++j) put_bf16(data + 448 + 2 * j, 0.25 * rng.normal());
       uint8_t* scales = block + block_size * 576 + e * 8;
@@ -174,6 +188,7 @@ struct Cache {
     c.block_size = block_size;
     c.block_stride_bytes = stride;
     c.num_blocks = num_blocks;
+    c.flags = flags;
     return c;
   }
 
@@ -181,6 +196,7 @@ struct Cache {
     k.option(prefix + ".layout", layout);
     k.option(prefix + ".block_size", block_size);
     k.option(prefix + ".block_stride_bytes", stride);
+    if (flags != 0) k.option(prefix + ".flags", flags);
   }
 
   void add_input(Case& k, const std::string& name) const {
@@ -261,13 +277,16 @@ struct ExplicitSpec {
   int64_t tokens, heads, topk, extra_topk;
   bool sink, prefill;
   bool csr = false;  // CSR lists (indptr + flat indices; rows of 0..topk entries) instead of dense
+  uint32_t cache_flags = 0;  // DSV4_KV_CACHE_FLAG_* of both caches
+  uint32_t plan_flags = 0;   // DSV4_PLAN_FLAG_*
 };
 
 Case explicit_case(const ExplicitSpec& s, Rng& rng) {
   Case k(s.name);
-  Cache cache(s.layout, s.block_size, s.num_blocks, s.extra_stride);
+  Cache cache(s.layout, s.block_size, s.num_blocks, s.extra_stride, s.cache_flags);
   const bool extra = s.extra_layout != DSV4_KV_LAYOUT_NONE;
-  Cache extra_cache(extra ? s.extra_layout : s.layout, s.extra_block_size, s.extra_num_blocks, 0);
+  Cache extra_cache(extra ? s.extra_layout : s.layout, s.extra_block_size, s.extra_num_blocks, 0,
+                    s.cache_flags);
   dsv4test::RefProblem p;
   p.num_tokens = s.tokens;
   p.num_heads = s.heads;
@@ -306,6 +325,7 @@ Case explicit_case(const ExplicitSpec& s, Rng& rng) {
   k.option("max_tokens", s.tokens);
   k.option("topk", s.topk);
   if (s.csr) k.option("index_format", DSV4_INDEX_CSR);
+  if (s.plan_flags != 0) k.option("flags", s.plan_flags);
   cache.describe(k, "swa_cache");
   if (extra) {
     extra_cache.describe(k, "extra_cache");
@@ -341,6 +361,7 @@ struct PagedSpec {
   bool pad_last_token;                          // the last request's last token: slot -1
   int64_t heads;
   bool sink, prefill;
+  uint32_t plan_flags = 0;  // DSV4_PLAN_FLAG_*
 };
 
 // Random block tables: each needed logical block gets its own physical block (from 1 on, in
@@ -469,6 +490,7 @@ Case paged_case(const PagedSpec& s, Rng& rng) {
   k.option("max_swa_blocks_per_request", b.swa_bt_cols);
   k.option("max_cmp_blocks_per_request", std::max<int64_t>(1, b.cmp_bt_cols));
   k.option("compressed_block_tokens", s.ratio * s.cmp_block_size);
+  if (s.plan_flags != 0) k.option("flags", s.plan_flags);
 
   k.input("q", "bfloat16", {T, s.heads, kDim}, q);
   swa.add_input(k, "swa_cache");
@@ -481,6 +503,47 @@ Case paged_case(const PagedSpec& s, Rng& rng) {
   k.input("slot_mapping", "int32", {T}, b.slot_mapping);
   if (s.ratio == 4) k.input("topk_indices", "int32", {T, s.index_topk}, b.topk_indices);
   add_reference_outputs(k, dsv4test::reference_attention(p), T, s.heads, s.prefill, s.prefill);
+  return k;
+}
+
+// dsv4_merge (spec 12.2): every token's candidates split into `parts` disjoint parts; each part's
+// partial (out as fp32, lse; no sink) comes from the reference, and the expected result is the
+// reference over the union with the sink. One token has no candidate (out 0, lse +inf), and a
+// part without keys has lse +inf.
+Case merge_case(const char* name, int64_t parts, int64_t T, int64_t H, Rng& rng) {
+  Case k(name);
+  k.op("merge");
+  Cache cache(DSV4_KV_LAYOUT_BF16, 9, 8, 0);
+  dsv4test::RefProblem whole;
+  whole.num_tokens = T;
+  whole.num_heads = H;
+  whole.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+  random_q(T, H, rng, &whole.q);
+  for (int64_t t = 0; t < T; ++t) whole.main_lists.push_back(random_list(t, 32, cache, rng));
+  whole.main_lists.back().length = 0;
+  whole.main = cache.ref();
+  std::vector<std::vector<RefList>> part_lists(static_cast<size_t>(parts), whole.main_lists);
+  for (int64_t t = 0; t < T; ++t) {
+    for (size_t i = 0; i < whole.main_lists[t].idx.size(); ++i) {
+      const int64_t owner = rng.randint(0, parts - 1);  // the one part that keeps entry i
+      for (int64_t q = 0; q < parts; ++q)
+        if (q != owner) part_lists[q][t].idx[i] = -1;
+    }
+  }
+  std::vector<float> out_parts, lse_parts;
+  for (int64_t q = 0; q < parts; ++q) {
+    dsv4test::RefProblem part = whole;
+    part.main_lists = part_lists[q];
+    const dsv4test::RefResult r = dsv4test::reference_attention(part);
+    out_parts.insert(out_parts.end(), r.out.begin(), r.out.end());
+    lse_parts.insert(lse_parts.end(), r.lse.begin(), r.lse.end());
+  }
+  const std::vector<float> sink = random_sink(H, true, rng);
+  whole.sink.assign(sink.begin(), sink.end());
+  k.input("out_parts", "float32", {parts, T, H, kDim}, out_parts);
+  k.input("lse_parts", "float32", {parts, T, H}, lse_parts);
+  k.input("attn_sink", "float32", {H}, sink);
+  add_reference_outputs(k, dsv4test::reference_attention(whole), T, H, false, false);
   return k;
 }
 
@@ -557,6 +620,45 @@ int main(int argc, char** argv) {
                                 false,
                                 true},
                                rng));
+    // 0.2: fp16 rows (ggml's KV type) in a batch-invariant SWA-only MTP decode step; FP8 FNUZ
+    // bytes through the reference kernel; dsv4_merge of partial results.
+    PagedSpec fp16{
+        "paged_swa_fp16_mtp",
+        DSV4_KV_LAYOUT_FP16,
+        1,
+        11,
+        1,
+        64,
+        8,
+        2,
+        4096,
+        {2, 1, 2},
+        {static_cast<int32_t>(rng.randint(70, 300)), 0, static_cast<int32_t>(rng.randint(5, 40))},
+        1,
+        false,
+        8,
+        true,
+        false};
+    fp16.plan_flags = DSV4_PLAN_FLAG_BATCH_INVARIANT;
+    cases.push_back(paged_case(fp16, rng));
+    ExplicitSpec fnuz{"explicit_fp8_fnuz",
+                      DSV4_KV_LAYOUT_FP8_V4_584B,
+                      64,
+                      3,
+                      0,
+                      DSV4_KV_LAYOUT_NONE,
+                      0,
+                      0,
+                      4,
+                      8,
+                      48,
+                      0,
+                      false,
+                      true};
+    fnuz.cache_flags = DSV4_KV_CACHE_FLAG_FP8_FNUZ;
+    fnuz.plan_flags = DSV4_PLAN_FLAG_REFERENCE_KERNEL;
+    cases.push_back(explicit_case(fnuz, rng));
+    cases.push_back(merge_case("merge_fp32_parts", 3, 5, 8, rng));
     FILE* manifest = std::fopen((dir + "/manifest.txt").c_str(), "w");
     if (manifest == nullptr) throw std::runtime_error("cannot write " + dir + "/manifest.txt");
     std::fprintf(manifest, "dsv4-vectors 1\nseed %" PRIu64 "\n", seed);

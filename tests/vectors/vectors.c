@@ -92,6 +92,9 @@ int vec_load(const char* dir, vec_set* set, char* error, size_t error_size) {
       c = &set->cases[set->num_cases++];
       memset(c, 0, sizeof *c);
       snprintf(c->name, sizeof c->name, "%s", words[1]);
+      snprintf(c->op, sizeof c->op, "run");
+    } else if (c != NULL && strcmp(words[0], "op") == 0 && n == 2) {
+      snprintf(c->op, sizeof c->op, "%s", words[1]);
     } else if (c != NULL && strcmp(words[0], "option") == 0 && n == 3 &&
                c->num_options < VEC_MAX_OPTIONS) {
       vec_option* o = &c->options[c->num_options++];
@@ -177,6 +180,7 @@ int vec_apply_option(dsv4_plan_options* o, const char* key, int64_t v) {
     if (strcmp(sub, "layout") == 0) return cache->layout = (uint32_t)v, 0;
     if (strcmp(sub, "block_size") == 0) return cache->block_size = (int32_t)v, 0;
     if (strcmp(sub, "block_stride_bytes") == 0) return cache->block_stride_bytes = v, 0;
+    if (strcmp(sub, "flags") == 0) return cache->flags = (uint32_t)v, 0;
     return -1;
   }
   if (strcmp(key, "max_model_len") == 0) return o->max_model_len = v, 0;

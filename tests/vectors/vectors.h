@@ -38,6 +38,7 @@ typedef struct vec_option {
 
 typedef struct vec_case {
   char name[64];
+  char op[16]; /* "run": a plan and dsv4_run; "merge": dsv4_merge */
   int num_options;
   vec_option options[VEC_MAX_OPTIONS];
   int num_inputs;

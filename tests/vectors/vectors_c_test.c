@@ -54,6 +54,61 @@ static const dsv4_tensor** input_slot(dsv4_run_args* a, const char* name) {
   return NULL;
 }
 
+/* NaN-filled output buffers and their tensors (every element must be written). */
+static void make_outputs(vec_case* c, dsv4_tensor* outputs, void** out_data) {
+  int i;
+  for (i = 0; i < c->num_outputs; ++i) {
+    vec_tensor* t = &c->outputs[i];
+    const size_t bytes = (size_t)t->elements * t->code.bits / 8;
+    out_data[i] = malloc(bytes > 0 ? bytes : 1);
+    memset(out_data[i], 0xff, bytes);
+    outputs[i] = make_tensor(t, out_data[i]);
+  }
+}
+
+/* Compares every output with the reference; frees the buffers. */
+static int check_outputs(vec_case* c, void** out_data, int ok) {
+  char report[512];
+  int i;
+  for (i = 0; ok && i < c->num_outputs; ++i) {
+    if (!vec_compare(&c->outputs[i], out_data[i], report, sizeof report)) {
+      printf("FAIL %s: %s\n", c->name, report);
+      ok = 0;
+    }
+  }
+  for (i = 0; i < c->num_outputs; ++i) free(out_data[i]);
+  if (ok) printf("ok   %s\n", c->name);
+  return ok;
+}
+
+/* dsv4_merge of the case's partial results. */
+static int merge_case(dsv4_ctx* ctx, vec_case* c) {
+  dsv4_merge_args args;
+  dsv4_tensor inputs[VEC_MAX_INPUTS], outputs[VEC_MAX_OUTPUTS];
+  void* out_data[VEC_MAX_OUTPUTS] = {NULL};
+  dsv4_status st;
+  int i, ok = 1;
+  dsv4_merge_args_init(&args);
+  for (i = 0; i < c->num_inputs; ++i) {
+    inputs[i] = make_tensor(&c->inputs[i], c->inputs[i].data);
+    if (strcmp(c->inputs[i].name, "out_parts") == 0) args.out_parts = &inputs[i];
+    if (strcmp(c->inputs[i].name, "lse_parts") == 0) args.lse_parts = &inputs[i];
+    if (strcmp(c->inputs[i].name, "attn_sink") == 0) args.attn_sink = &inputs[i];
+  }
+  make_outputs(c, outputs, out_data);
+  for (i = 0; i < c->num_outputs; ++i) {
+    if (strcmp(c->outputs[i].name, "out") == 0) args.out = &outputs[i];
+    if (strcmp(c->outputs[i].name, "lse") == 0) args.lse = &outputs[i];
+  }
+  st = dsv4_merge(ctx, &args);
+  if (st != DSV4_STATUS_OK) {
+    printf("FAIL %s: dsv4_merge: %s: %s\n", c->name, dsv4_status_string(st),
+           dsv4_last_error_message());
+    ok = 0;
+  }
+  return check_outputs(c, out_data, ok);
+}
+
 static int run_case(dsv4_ctx* ctx, vec_case* c) {
   dsv4_plan_options po;
   dsv4_plan* plan = NULL;
@@ -64,7 +119,6 @@ static int run_case(dsv4_ctx* ctx, vec_case* c) {
   size_t ws = 0;
   dsv4_status st;
   int i, ok = 1;
-  char report[512];
   dsv4_plan_options_init(&po);
   for (i = 0; i < c->num_options; ++i) {
     if (vec_apply_option(&po, c->options[i].key, c->options[i].value) != 0) {
@@ -91,15 +145,11 @@ static int run_case(dsv4_ctx* ctx, vec_case* c) {
     inputs[i] = make_tensor(&c->inputs[i], c->inputs[i].data);
     *slot = &inputs[i];
   }
+  make_outputs(c, outputs, out_data);
   for (i = 0; i < c->num_outputs; ++i) {
-    vec_tensor* t = &c->outputs[i];
-    const size_t bytes = (size_t)t->elements * t->code.bits / 8;
-    out_data[i] = malloc(bytes > 0 ? bytes : 1);
-    memset(out_data[i], 0xff, bytes); /* NaN: every element must be written */
-    outputs[i] = make_tensor(t, out_data[i]);
-    if (strcmp(t->name, "out") == 0) args.out = &outputs[i];
-    if (strcmp(t->name, "lse") == 0) args.lse = &outputs[i];
-    if (strcmp(t->name, "max_logits") == 0) args.max_logits = &outputs[i];
+    if (strcmp(c->outputs[i].name, "out") == 0) args.out = &outputs[i];
+    if (strcmp(c->outputs[i].name, "lse") == 0) args.lse = &outputs[i];
+    if (strcmp(c->outputs[i].name, "max_logits") == 0) args.max_logits = &outputs[i];
   }
   args.workspace = workspace;
   args.workspace_bytes = ws;
@@ -109,17 +159,9 @@ static int run_case(dsv4_ctx* ctx, vec_case* c) {
            dsv4_last_error_message());
     ok = 0;
   }
-  for (i = 0; ok && i < c->num_outputs; ++i) {
-    if (!vec_compare(&c->outputs[i], out_data[i], report, sizeof report)) {
-      printf("FAIL %s: %s\n", c->name, report);
-      ok = 0;
-    }
-  }
-  if (ok) printf("ok   %s\n", c->name);
-  for (i = 0; i < c->num_outputs; ++i) free(out_data[i]);
   free(workspace);
   dsv4_plan_destroy(plan);
-  return ok;
+  return check_outputs(c, out_data, ok);
 }
 
 int main(int argc, char** argv) {
@@ -148,7 +190,10 @@ int main(int argc, char** argv) {
   if (dsv4_ctx_get_info(ctx, &info) == DSV4_STATUS_OK)
     printf("backend %s (%s), vectors seed %llu\n", info.backend, info.reason,
            (unsigned long long)set.seed);
-  for (i = 0; i < set.num_cases; ++i) passed += run_case(ctx, &set.cases[i]);
+  for (i = 0; i < set.num_cases; ++i) {
+    vec_case* c = &set.cases[i];
+    passed += strcmp(c->op, "merge") == 0 ? merge_case(ctx, c) : run_case(ctx, c);
+  }
   failed = set.num_cases - passed;
   printf("%d passed, %d failed\n", passed, failed);
   dsv4_ctx_destroy(ctx);
