@@ -1,7 +1,8 @@
 /*
  * libdsv4 — header-only C++17 wrapper of the C ABI (dsv4.h, dsv4_paged.h), like oneDNN's
  * dnnl.hpp: RAII handles, tensors built from spans or strided views, and failures as exceptions.
- * Adds nothing to the ABI: every call goes straight to the C function of the same name.
+ * Adds nothing to the ABI: every call goes straight to the C function of the same name (libdsv4
+ * 0.2: dsv4_merge, fp16 rows, cache flags).
  *
  *   dsv4::Context ctx;                                   // CPU tensors, backend by probing
  *   dsv4::PlanOptions po;                                // dsv4_plan_options with its defaults
@@ -74,6 +75,7 @@ inline void check(dsv4_status status, const char* function) {
 // ----------------------------------------------------------------------------------------------
 constexpr dsv4_device cpu_device() { return dsv4_device{DSV4_DEVICE_CPU, 0}; }
 constexpr dsv4_device cuda_device(int32_t id = 0) { return dsv4_device{DSV4_DEVICE_CUDA, id}; }
+constexpr dsv4_device opencl_device(int32_t id = 0) { return dsv4_device{DSV4_DEVICE_OPENCL, id}; }
 
 constexpr dsv4_dtype kBFloat16{DSV4_DTYPE_CODE_BFLOAT, 16, 1};
 constexpr dsv4_dtype kFloat16{DSV4_DTYPE_CODE_FLOAT, 16, 1};
@@ -380,6 +382,44 @@ class ExportArgs {
   dsv4_export_args a_;
 };
 
+/** dsv4_merge_args: P partial results (out_parts [P, T, H, 512], lse_parts [P, T, H], computed
+ *  without the sink) merged into out [T, H, 512] (and lse [T, H]) with the sink applied once. */
+class MergeArgs {
+ public:
+  MergeArgs() { dsv4_merge_args_init(&a_); }
+  MergeArgs& out_parts(const Tensor& t) {
+    a_.out_parts = t.get();
+    return *this;
+  }
+  MergeArgs& lse_parts(const Tensor& t) {
+    a_.lse_parts = t.get();
+    return *this;
+  }
+  MergeArgs& attn_sink(const Tensor& t) {
+    a_.attn_sink = t.get();
+    return *this;
+  }
+  MergeArgs& out(Tensor& t) {
+    a_.out = detail::writable(t, "out");
+    return *this;
+  }
+  MergeArgs& lse(Tensor& t) {
+    a_.lse = detail::writable(t, "lse");
+    return *this;
+  }
+  MergeArgs& out(Tensor&& t) { return out(static_cast<Tensor&>(t)); }
+  MergeArgs& lse(Tensor&& t) { return lse(static_cast<Tensor&>(t)); }
+  MergeArgs& stream(void* s) {
+    a_.stream = s;
+    return *this;
+  }
+  const dsv4_merge_args& get() const noexcept { return a_; }
+  dsv4_merge_args& get() noexcept { return a_; }
+
+ private:
+  dsv4_merge_args a_;
+};
+
 /** dsv4_kv_write_args: rows `values` [N, d] stored at `slots` [N] into `cache` (desc's layout). */
 class KvWriteArgs {
  public:
@@ -411,15 +451,18 @@ struct PlanOptions : dsv4_plan_options {
   }
 };
 
-/** dsv4_kv_cache_desc of a layout (block_stride_bytes 0 = the layout's minimum). */
+/** dsv4_kv_cache_desc of a layout (block_stride_bytes 0 = the layout's minimum; flags
+ *  DSV4_KV_CACHE_FLAG_*). */
 inline dsv4_kv_cache_desc cache_desc(uint32_t layout, int32_t block_size,
-                                     int64_t block_stride_bytes = 0, float kv_scale = 1.0f) {
+                                     int64_t block_stride_bytes = 0, float kv_scale = 1.0f,
+                                     uint32_t flags = 0) {
   dsv4_kv_cache_desc d;
   std::memset(&d, 0, sizeof d);
   d.layout = layout;
   d.block_size = block_size;
   d.block_stride_bytes = block_stride_bytes;
   d.kv_scale = kv_scale;
+  d.flags = flags;
   return d;
 }
 
@@ -484,6 +527,11 @@ class Context {
   /** dsv4_kv_write: quantises rows into a cache of any layout. */
   void kv_write(const KvWriteArgs& args) const {
     check(dsv4_kv_write(ctx_.get(), &args.get()), "dsv4_kv_write");
+  }
+
+  /** dsv4_merge: partial results over disjoint key sets into one (spec 12.2). */
+  void merge(const MergeArgs& args) const {
+    check(dsv4_merge(ctx_.get(), &args.get()), "dsv4_merge");
   }
 
  private:

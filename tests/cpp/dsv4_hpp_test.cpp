@@ -147,8 +147,34 @@ Outputs make_outputs(const vec_case& c, dsv4::RunArgs& args) {
   return ::testing::AssertionSuccess();
 }
 
+// Merges a case's partial results through dsv4.hpp (its inputs in `tensors`, its outputs).
+void merge(const dsv4::Context& ctx, const vec_case& c, const std::vector<dsv4::Tensor>& tensors,
+           std::vector<dsv4::Tensor>& outputs) {
+  dsv4::MergeArgs args;
+  for (int i = 0; i < c.num_inputs; ++i) {
+    const std::string n = c.inputs[i].name;
+    if (n == "out_parts") args.out_parts(tensors[i]);
+    if (n == "lse_parts") args.lse_parts(tensors[i]);
+    if (n == "attn_sink") args.attn_sink(tensors[i]);
+  }
+  for (int i = 0; i < c.num_outputs; ++i) {
+    const std::string n = c.outputs[i].name;
+    if (n == "out") args.out(outputs[i]);
+    if (n == "lse") args.lse(outputs[i]);
+  }
+  ctx.merge(args);
+}
+
 // Runs one case through dsv4.hpp and returns its outputs.
 Outputs run_case(const dsv4::Context& ctx, const vec_case& c) {
+  if (std::string(c.op) == "merge") {
+    std::vector<dsv4::Tensor> inputs;
+    for (int i = 0; i < c.num_inputs; ++i) inputs.push_back(view(c.inputs[i], c.inputs[i].data));
+    dsv4::RunArgs unused;
+    Outputs out = make_outputs(c, unused);
+    merge(ctx, c, inputs, out.tensors);
+    return out;
+  }
   dsv4::Plan plan(ctx, plan_options(c));
   std::vector<uint8_t> workspace(plan.workspace_size());
   dsv4::RunArgs args;
@@ -171,6 +197,30 @@ TEST(Hpp, VectorsMatchTheReference) {
   for (int i = 0; i < vectors().num_cases; ++i) {
     const vec_case& c = vectors().cases[i];
     SCOPED_TRACE(c.name);
+    if (std::string(c.op) == "merge") {
+      std::vector<dsv4test::DeviceBuffer> buffers;
+      std::vector<dsv4::Tensor> inputs, outputs;
+      for (int k = 0; k < c.num_inputs; ++k) {
+        const vec_tensor& t = c.inputs[k];
+        buffers.emplace_back(g_device, static_cast<size_t>(t.elements) * t.code.bits / 8);
+        g_device->upload(buffers.back().get(), t.data, buffers.back().bytes());
+        inputs.emplace_back(buffers.back().get(), t.code, t.shape, t.ndim, nullptr,
+                            g_device->device());
+      }
+      for (int k = 0; k < c.num_outputs; ++k) {
+        const vec_tensor& t = c.outputs[k];
+        buffers.emplace_back(g_device, static_cast<size_t>(t.elements) * t.code.bits / 8);
+        buffers.back().fill(0xff);
+        outputs.emplace_back(buffers.back().get(), t.code, t.shape, t.ndim, nullptr,
+                             g_device->device());
+      }
+      merge(ctx, c, inputs, outputs);
+      Outputs got;
+      for (int k = 0; k < c.num_outputs; ++k)
+        got.bytes.push_back(buffers[c.num_inputs + k].download<uint8_t>());
+      EXPECT_TRUE(matches_reference(c, got));
+      continue;
+    }
     dsv4::Plan plan(ctx, plan_options(c));
     dsv4test::DeviceBuffer workspace(g_device, plan.workspace_size());
     std::vector<dsv4test::DeviceBuffer> buffers;
@@ -372,6 +422,15 @@ TEST(Hpp, BadInputThrowsWithLibdsv4sMessage) {
   EXPECT_NE(e.message().find("plan"), std::string::npos) << e.what();
   EXPECT_EQ(error_of([&] { (void)plan.workspace_size(); }).status(), DSV4_STATUS_INVALID_ARGUMENT);
 
+  // dsv4_merge without its parts.
+  std::vector<uint16_t> merged(static_cast<size_t>(q.elements));
+  e = error_of([&] {
+    ctx.merge(dsv4::MergeArgs().out(
+        dsv4::Tensor(merged, {q.shape[0], q.shape[1], q.shape[2]}, dsv4::kBFloat16)));
+  });
+  EXPECT_EQ(e.function(), "dsv4_merge");
+  EXPECT_NE(e.message().find("out_parts"), std::string::npos) << e.what();
+
   // No such backend.
   dsv4::ContextOptions missing;
   missing.backend = "no-such-backend";
@@ -426,6 +485,14 @@ TEST(Hpp, Queries) {
   for (const dsv4_backend_info& b : dsv4::enumerate_backends()) cpu |= std::string(b.name) == "cpu";
   EXPECT_TRUE(cpu);
   EXPECT_EQ(dsv4::device_info("cpu").device_type, DSV4_DEVICE_CPU);
+  EXPECT_EQ(dsv4::kv_layout_info(DSV4_KV_LAYOUT_FP16, 3).min_block_stride_bytes, 3 * 1024);
+  EXPECT_EQ(
+      dsv4::cache_desc(DSV4_KV_LAYOUT_FP8_V4_584B, 64, 0, 1.0f, DSV4_KV_CACHE_FLAG_FP8_FNUZ).flags,
+      DSV4_KV_CACHE_FLAG_FP8_FNUZ);
+  // A cache flag on a layout it does not apply to: libdsv4 names the field.
+  dsv4::PlanOptions po;
+  po.swa_cache = dsv4::cache_desc(DSV4_KV_LAYOUT_BF16, 64, 0, 1.0f, DSV4_KV_CACHE_FLAG_FP8_FNUZ);
+  EXPECT_THROW(dsv4::Plan(dsv4::Context(), po), dsv4::Error);
   const dsv4::Context ctx;
   EXPECT_GT(std::strlen(ctx.info().backend), 0u);
 }

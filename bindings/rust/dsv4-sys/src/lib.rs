@@ -105,7 +105,7 @@ abi_structs! {
         pub block_size: i32,
         pub block_stride_bytes: i64,
         pub kv_scale: f32,
-        pub reserved: u32,
+        pub flags: u32,
     }
     pub struct dsv4_kv_layout_info {
         pub struct_size: u32,
@@ -225,6 +225,16 @@ abi_structs! {
         pub cache: *mut dsv4_tensor,
         pub stream: *mut c_void,
     }
+    pub struct dsv4_merge_args {
+        pub struct_size: u32,
+        pub reserved: u32,
+        pub out_parts: *const dsv4_tensor,
+        pub lse_parts: *const dsv4_tensor,
+        pub attn_sink: *const dsv4_tensor,
+        pub out: *mut dsv4_tensor,
+        pub lse: *mut dsv4_tensor,
+        pub stream: *mut c_void,
+    }
     // ------------------------------------------ dsv4_paged.h
     pub struct dsv4_export_args {
         pub struct_size: u32,
@@ -253,7 +263,7 @@ macro_rules! abi_constants {
 
 abi_constants! {
     DSV4_VERSION_MAJOR: u32 = 0;
-    DSV4_VERSION_MINOR: u32 = 1;
+    DSV4_VERSION_MINOR: u32 = 2;
     DSV4_VERSION_PATCH: u32 = 0;
     DSV4_VERSION_NUMBER: u32 = DSV4_VERSION_MAJOR * 10000 + DSV4_VERSION_MINOR * 100 + DSV4_VERSION_PATCH;
     DSV4_API_VERSION: u32 = (DSV4_VERSION_MAJOR << 16) | DSV4_VERSION_MINOR;
@@ -270,6 +280,7 @@ abi_constants! {
     DSV4_DEVICE_CPU: i32 = 1;
     DSV4_DEVICE_CUDA: i32 = 2;
     DSV4_DEVICE_CUDA_HOST: i32 = 3;
+    DSV4_DEVICE_OPENCL: i32 = 4;
     DSV4_DEVICE_ROCM: i32 = 10;
     DSV4_DEVICE_CUDA_MANAGED: i32 = 13;
     DSV4_DEVICE_ONEAPI: i32 = 14;
@@ -283,6 +294,8 @@ abi_constants! {
     DSV4_KV_LAYOUT_FP8_V4_584B: u32 = 2;
     DSV4_KV_LAYOUT_FP8_V32_656B: u32 = 3;
     DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR: u32 = 4;
+    DSV4_KV_LAYOUT_FP16: u32 = 5;
+    DSV4_KV_CACHE_FLAG_FP8_FNUZ: u32 = 1;
     DSV4_LOG_ERROR: i32 = 0;
     DSV4_LOG_WARN: i32 = 1;
     DSV4_LOG_INFO: i32 = 2;
@@ -292,6 +305,8 @@ abi_constants! {
     DSV4_INDEX_DENSE: u32 = 0;
     DSV4_INDEX_CSR: u32 = 1;
     DSV4_PLAN_FLAG_NONE: u32 = 0;
+    DSV4_PLAN_FLAG_BATCH_INVARIANT: u32 = 1;
+    DSV4_PLAN_FLAG_REFERENCE_KERNEL: u32 = 2;
     DSV4_EXPORT_FLASHMLA: u32 = 0;
     DSV4_EXPORT_CSR: u32 = 1;
     DSV4_EXPORT_FLASHINFER: u32 = 2;
@@ -392,6 +407,8 @@ abi_functions! {
     dsv4_run(plan: *const dsv4_plan, args: *const dsv4_run_args) -> dsv4_status;
     dsv4_kv_write_args_init(args: *mut dsv4_kv_write_args, struct_size: usize) -> dsv4_status;
     dsv4_kv_write(ctx: *mut dsv4_ctx, args: *const dsv4_kv_write_args) -> dsv4_status;
+    dsv4_merge_args_init(args: *mut dsv4_merge_args, struct_size: usize) -> dsv4_status;
+    dsv4_merge(ctx: *mut dsv4_ctx, args: *const dsv4_merge_args) -> dsv4_status;
     dsv4_export_args_init(args: *mut dsv4_export_args, struct_size: usize) -> dsv4_status;
     dsv4_export_indices(plan: *const dsv4_plan, args: *const dsv4_export_args) -> dsv4_status;
 }

@@ -179,6 +179,9 @@ impl Device {
     pub fn cuda(id: i32) -> Device {
         Device { device_type: sys::DSV4_DEVICE_CUDA, device_id: id }
     }
+    pub fn opencl(id: i32) -> Device {
+        Device { device_type: sys::DSV4_DEVICE_OPENCL, device_id: id }
+    }
     fn raw(self) -> sys::dsv4_device {
         sys::dsv4_device { device_type: self.device_type, device_id: self.device_id }
     }
@@ -644,13 +647,40 @@ impl std::ops::DerefMut for PlanOptions {
     }
 }
 
-/// `dsv4_kv_cache_desc` of a layout (`block_stride_bytes` 0 = the layout's minimum).
+/// `dsv4_kv_cache_desc` of a layout (`block_stride_bytes` 0 = the layout's minimum). Set `flags`
+/// (`DSV4_KV_CACHE_FLAG_*`) or `kv_scale` on the result where needed.
 pub fn cache_desc(
     layout: u32,
     block_size: i32,
     block_stride_bytes: i64,
 ) -> sys::dsv4_kv_cache_desc {
-    sys::dsv4_kv_cache_desc { layout, block_size, block_stride_bytes, kv_scale: 1.0, reserved: 0 }
+    sys::dsv4_kv_cache_desc { layout, block_size, block_stride_bytes, kv_scale: 1.0, flags: 0 }
+}
+
+/// `dsv4_merge_args`: P partial results (`out_parts` [P, T, H, 512], `lse_parts` [P, T, H],
+/// computed without the sink) merged into `out` [T, H, 512] (and `lse` [T, H]), the sink applied
+/// once (spec 12.2).
+pub struct MergeArgs<'t> {
+    pub out_parts: Option<&'t Tensor<'t>>,
+    pub lse_parts: Option<&'t Tensor<'t>>,
+    pub attn_sink: Option<&'t Tensor<'t>>,
+    pub out: Option<&'t Tensor<'t>>,
+    pub lse: Option<&'t Tensor<'t>>,
+    /// Backend-native stream or null.
+    pub stream: *mut c_void,
+}
+
+impl<'t> Default for MergeArgs<'t> {
+    fn default() -> Self {
+        MergeArgs {
+            out_parts: None,
+            lse_parts: None,
+            attn_sink: None,
+            out: None,
+            lse: None,
+            stream: ptr::null_mut(),
+        }
+    }
 }
 
 /// What `dsv4_ctx_options` holds.
@@ -810,6 +840,26 @@ impl Context {
         cache: &Tensor<'_>,
     ) -> Result<()> {
         self.kv_write_on(desc, values, slots, cache, ptr::null_mut())
+    }
+
+    /// `dsv4_merge`: partial results over disjoint key sets into one (spec 12.2).
+    pub fn merge(&self, args: &MergeArgs<'_>) -> Result<()> {
+        let api = self.handle.api;
+        // SAFETY: zeroed args are valid; init sets struct_size.
+        let mut a: sys::dsv4_merge_args = unsafe { std::mem::zeroed() };
+        check(
+            api,
+            unsafe { (api.dsv4_merge_args_init)(&mut a, std::mem::size_of_val(&a)) },
+            "dsv4_merge_args_init",
+        )?;
+        a.out_parts = input(args.out_parts);
+        a.lse_parts = input(args.lse_parts);
+        a.attn_sink = input(args.attn_sink);
+        a.out = output(args.out, "out")?;
+        a.lse = output(args.lse, "lse")?;
+        a.stream = args.stream;
+        // SAFETY: every tensor outlives the call.
+        check(api, unsafe { (api.dsv4_merge)(self.handle.raw.as_ptr(), &a) }, "dsv4_merge")
     }
 
     /// `kv_write` enqueued on a backend-native stream.

@@ -21,6 +21,7 @@ struct Output {
 
 struct Case {
     name: String,
+    op: String, // "run" (a plan and dsv4_run) or "merge" (dsv4_merge)
     options: Vec<(String, i64)>,
     inputs: Vec<Input>,
     outputs: Vec<Output>,
@@ -55,10 +56,12 @@ fn load() -> (u64, Vec<Case>) {
             Some("seed") => seed = w[1].parse().unwrap(),
             Some("case") => cases.push(Case {
                 name: w[1].into(),
+                op: "run".into(),
                 options: vec![],
                 inputs: vec![],
                 outputs: vec![],
             }),
+            Some("op") => cases.last_mut().unwrap().op = w[1].into(),
             Some("option") => {
                 cases.last_mut().unwrap().options.push((w[1].into(), w[2].parse().unwrap()))
             }
@@ -127,6 +130,8 @@ fn plan_options(case: &Case) -> PlanOptions {
             "extra_cache.layout" => o.extra_cache.layout = v as u32,
             "extra_cache.block_size" => o.extra_cache.block_size = v as i32,
             "extra_cache.block_stride_bytes" => o.extra_cache.block_stride_bytes = v,
+            "swa_cache.flags" => o.swa_cache.flags = v as u32,
+            "extra_cache.flags" => o.extra_cache.flags = v as u32,
             _ => panic!("unknown option {}", key),
         }
     }
@@ -215,6 +220,9 @@ fn run_case<'a>(
     outputs: &'a [Tensor<'a>],
     edit: impl FnOnce(&mut RunArgs<'a>),
 ) -> dsv4::Result<()> {
+    if case.op == "merge" {
+        return merge_case(ctx, case, inputs, outputs);
+    }
     let plan = ctx.plan(&plan_options(case))?;
     let mut args = RunArgs::default();
     for (t, i) in inputs.iter().zip(&case.inputs) {
@@ -225,6 +233,32 @@ fn run_case<'a>(
     }
     edit(&mut args);
     plan.run(&mut args)
+}
+
+/// A merge case: its partial results through `Context::merge`.
+fn merge_case<'a>(
+    ctx: &Context,
+    case: &'a Case,
+    inputs: &'a [Tensor<'a>],
+    outputs: &'a [Tensor<'a>],
+) -> dsv4::Result<()> {
+    let mut args = dsv4::MergeArgs::default();
+    for (t, i) in inputs.iter().zip(&case.inputs) {
+        match i.name.as_str() {
+            "out_parts" => args.out_parts = Some(t),
+            "lse_parts" => args.lse_parts = Some(t),
+            "attn_sink" => args.attn_sink = Some(t),
+            other => panic!("merge input {}", other),
+        }
+    }
+    for (t, o) in outputs.iter().zip(&case.outputs) {
+        match o.name.as_str() {
+            "out" => args.out = Some(t),
+            "lse" => args.lse = Some(t),
+            other => panic!("merge output {}", other),
+        }
+    }
+    ctx.merge(&args)
 }
 
 #[test]
@@ -371,6 +405,13 @@ fn bad_input_is_an_error_with_libdsv4s_message() {
     let e = ctx.plan(&options).err().expect("num_heads 0 was accepted");
     assert_eq!(e.function(), "dsv4_plan_create");
     assert!(e.message().contains("num_heads"), "{}", e);
+
+    // dsv4_merge without its parts.
+    let e = ctx
+        .merge(&dsv4::MergeArgs { out: Some(&outputs[0]), ..Default::default() })
+        .expect_err("a merge without parts ran");
+    assert_eq!(e.function(), "dsv4_merge");
+    assert!(e.message().contains("out_parts"), "{}", e);
 
     // No such backend.
     let e = Context::new(&dsv4::ContextOptions {
