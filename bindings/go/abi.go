@@ -36,6 +36,7 @@ func abiStructs() []structLayout {
 		v_dsv4_plan_info      C.dsv4_plan_info
 		v_dsv4_run_args       C.dsv4_run_args
 		v_dsv4_kv_write_args  C.dsv4_kv_write_args
+		v_dsv4_merge_args     C.dsv4_merge_args
 		v_dsv4_export_args    C.dsv4_export_args
 	)
 	return []structLayout{
@@ -62,7 +63,7 @@ func abiStructs() []structLayout {
 			{"block_size", unsafe.Offsetof(v_dsv4_kv_cache_desc.block_size), unsafe.Sizeof(v_dsv4_kv_cache_desc.block_size)},
 			{"block_stride_bytes", unsafe.Offsetof(v_dsv4_kv_cache_desc.block_stride_bytes), unsafe.Sizeof(v_dsv4_kv_cache_desc.block_stride_bytes)},
 			{"kv_scale", unsafe.Offsetof(v_dsv4_kv_cache_desc.kv_scale), unsafe.Sizeof(v_dsv4_kv_cache_desc.kv_scale)},
-			{"reserved", unsafe.Offsetof(v_dsv4_kv_cache_desc.reserved), unsafe.Sizeof(v_dsv4_kv_cache_desc.reserved)},
+			{"flags", unsafe.Offsetof(v_dsv4_kv_cache_desc.flags), unsafe.Sizeof(v_dsv4_kv_cache_desc.flags)},
 		}},
 		{"dsv4_kv_layout_info", unsafe.Sizeof(v_dsv4_kv_layout_info), unsafe.Alignof(v_dsv4_kv_layout_info), []fieldLayout{
 			{"struct_size", unsafe.Offsetof(v_dsv4_kv_layout_info.struct_size), unsafe.Sizeof(v_dsv4_kv_layout_info.struct_size)},
@@ -181,6 +182,16 @@ func abiStructs() []structLayout {
 			{"cache", unsafe.Offsetof(v_dsv4_kv_write_args.cache), unsafe.Sizeof(v_dsv4_kv_write_args.cache)},
 			{"stream", unsafe.Offsetof(v_dsv4_kv_write_args.stream), unsafe.Sizeof(v_dsv4_kv_write_args.stream)},
 		}},
+		{"dsv4_merge_args", unsafe.Sizeof(v_dsv4_merge_args), unsafe.Alignof(v_dsv4_merge_args), []fieldLayout{
+			{"struct_size", unsafe.Offsetof(v_dsv4_merge_args.struct_size), unsafe.Sizeof(v_dsv4_merge_args.struct_size)},
+			{"reserved", unsafe.Offsetof(v_dsv4_merge_args.reserved), unsafe.Sizeof(v_dsv4_merge_args.reserved)},
+			{"out_parts", unsafe.Offsetof(v_dsv4_merge_args.out_parts), unsafe.Sizeof(v_dsv4_merge_args.out_parts)},
+			{"lse_parts", unsafe.Offsetof(v_dsv4_merge_args.lse_parts), unsafe.Sizeof(v_dsv4_merge_args.lse_parts)},
+			{"attn_sink", unsafe.Offsetof(v_dsv4_merge_args.attn_sink), unsafe.Sizeof(v_dsv4_merge_args.attn_sink)},
+			{"out", unsafe.Offsetof(v_dsv4_merge_args.out), unsafe.Sizeof(v_dsv4_merge_args.out)},
+			{"lse", unsafe.Offsetof(v_dsv4_merge_args.lse), unsafe.Sizeof(v_dsv4_merge_args.lse)},
+			{"stream", unsafe.Offsetof(v_dsv4_merge_args.stream), unsafe.Sizeof(v_dsv4_merge_args.stream)},
+		}},
 		{"dsv4_export_args", unsafe.Sizeof(v_dsv4_export_args), unsafe.Alignof(v_dsv4_export_args), []fieldLayout{
 			{"struct_size", unsafe.Offsetof(v_dsv4_export_args.struct_size), unsafe.Sizeof(v_dsv4_export_args.struct_size)},
 			{"format", unsafe.Offsetof(v_dsv4_export_args.format), unsafe.Sizeof(v_dsv4_export_args.format)},
@@ -218,6 +229,7 @@ func abiConstants() map[string]int64 {
 		"DSV4_STATUS_PLAN_MISMATCH":       int64(StatusPlanMismatch),
 		"DSV4_STATUS_ABI_MISMATCH":        int64(StatusABIMismatch), "DSV4_STATUS_INTERNAL": int64(StatusInternal),
 		"DSV4_DEVICE_CPU": int64(DeviceCPU), "DSV4_DEVICE_CUDA": int64(DeviceCUDA),
+		"DSV4_DEVICE_OPENCL":    int64(DeviceOpenCL),
 		"DSV4_DEVICE_CUDA_HOST": int64(DeviceCUDAHost), "DSV4_DEVICE_ROCM": int64(DeviceROCm),
 		"DSV4_DEVICE_CUDA_MANAGED": int64(DeviceCUDAManaged), "DSV4_DEVICE_ONEAPI": int64(DeviceOneAPI),
 		"DSV4_DTYPE_CODE_INT": int64(DTypeCodeInt), "DSV4_DTYPE_CODE_UINT": int64(DTypeCodeUInt),
@@ -227,12 +239,16 @@ func abiConstants() map[string]int64 {
 		"DSV4_KV_LAYOUT_FP8_V4_584B":         int64(KVLayoutFP8V4584B),
 		"DSV4_KV_LAYOUT_FP8_V32_656B":        int64(KVLayoutFP8V32656B),
 		"DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR": int64(KVLayoutFP8E4M3PerTensor),
+		"DSV4_KV_LAYOUT_FP16":                int64(KVLayoutFP16),
+		"DSV4_KV_CACHE_FLAG_FP8_FNUZ":        int64(KVCacheFlagFP8FNUZ),
 		"DSV4_LOG_ERROR":                     int64(LogError), "DSV4_LOG_WARN": int64(LogWarn), "DSV4_LOG_INFO": int64(LogInfo),
 		"DSV4_LOG_DEBUG":     int64(LogDebug),
 		"DSV4_MODE_EXPLICIT": int64(ModeExplicit), "DSV4_MODE_PAGED": int64(ModePaged),
 		"DSV4_INDEX_DENSE": int64(IndexDense), "DSV4_INDEX_CSR": int64(IndexCSR),
-		"DSV4_PLAN_FLAG_NONE":  int64(PlanFlagNone),
-		"DSV4_EXPORT_FLASHMLA": int64(ExportFlashMLA), "DSV4_EXPORT_CSR": int64(ExportCSR),
+		"DSV4_PLAN_FLAG_NONE":             int64(PlanFlagNone),
+		"DSV4_PLAN_FLAG_BATCH_INVARIANT":  int64(PlanFlagBatchInvariant),
+		"DSV4_PLAN_FLAG_REFERENCE_KERNEL": int64(PlanFlagReferenceKernel),
+		"DSV4_EXPORT_FLASHMLA":            int64(ExportFlashMLA), "DSV4_EXPORT_CSR": int64(ExportCSR),
 		"DSV4_EXPORT_FLASHINFER": int64(ExportFlashInfer),
 	}
 }

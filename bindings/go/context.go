@@ -141,6 +141,7 @@ type CacheDesc struct {
 	BlockSize        int32
 	BlockStrideBytes int64
 	KVScale          float32 // per-tensor FP8 layout only; 0 = 1.0
+	Flags            uint32  // KVCacheFlag* (FP8 FNUZ bytes)
 }
 
 func (d CacheDesc) c() C.dsv4_kv_cache_desc {
@@ -149,11 +150,13 @@ func (d CacheDesc) c() C.dsv4_kv_cache_desc {
 		scale = 1
 	}
 	return C.dsv4_kv_cache_desc{layout: C.uint32_t(d.Layout), block_size: C.int32_t(d.BlockSize),
-		block_stride_bytes: C.int64_t(d.BlockStrideBytes), kv_scale: C.float(scale)}
+		block_stride_bytes: C.int64_t(d.BlockStrideBytes), kv_scale: C.float(scale),
+		flags: C.uint32_t(d.Flags)}
 }
 
 func cacheDescOf(d C.dsv4_kv_cache_desc) CacheDesc {
-	return CacheDesc{uint32(d.layout), int32(d.block_size), int64(d.block_stride_bytes), float32(d.kv_scale)}
+	return CacheDesc{uint32(d.layout), int32(d.block_size), int64(d.block_stride_bytes),
+		float32(d.kv_scale), uint32(d.flags)}
 }
 
 // KVWrite stores rows values [N, d] (bf16/fp32) into cache at slots [N] (int32, negative = skip),
@@ -181,6 +184,44 @@ func (c *Context) KVWrite(desc CacheDesc, values, slots, cache *Tensor, stream u
 	}
 	C.dsv4go_set_stream(&a.stream, C.uintptr_t(stream))
 	err = k.invoke(C.DSV4GO_KV_WRITE, unsafe.Pointer(c.handle), unsafe.Pointer(a), nil, "dsv4_kv_write")
+	runtime.KeepAlive(k.keep)
+	return err
+}
+
+// MergeArgs are dsv4_merge_args: P partial results (OutParts [P, T, H, 512], LSEParts [P, T, H],
+// computed without the sink) merged into Out [T, H, 512] (and LSE [T, H]), the sink applied once
+// (spec 12.2).
+type MergeArgs struct {
+	OutParts, LSEParts, AttnSink, Out, LSE *Tensor
+	Stream                                 uintptr
+}
+
+// Merge combines partial results over disjoint key sets into one (dsv4_merge).
+func (c *Context) Merge(args *MergeArgs) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	k := newCall()
+	defer k.free()
+	a := &k.arena.merge
+	var m message
+	if err := check(C.dsv4go_merge_args_init(a, m.ptr()), "dsv4_merge_args_init", &m); err != nil {
+		return err
+	}
+	fields := []struct {
+		field **C.dsv4_tensor
+		t     *Tensor
+		name  string
+	}{{&a.out_parts, args.OutParts, "out_parts"}, {&a.lse_parts, args.LSEParts, "lse_parts"},
+		{&a.attn_sink, args.AttnSink, "attn_sink"}, {&a.out, args.Out, "out"}, {&a.lse, args.LSE, "lse"}}
+	for _, f := range fields {
+		t, err := k.tensor(f.t, f.name)
+		if err != nil {
+			return err
+		}
+		*f.field = t
+	}
+	C.dsv4go_set_stream(&a.stream, C.uintptr_t(args.Stream))
+	err := k.invoke(C.DSV4GO_MERGE, unsafe.Pointer(c.handle), unsafe.Pointer(a), nil, "dsv4_merge")
 	runtime.KeepAlive(k.keep)
 	return err
 }

@@ -175,6 +175,7 @@ const (
 	DeviceCPU         = int32(C.DSV4_DEVICE_CPU)
 	DeviceCUDA        = int32(C.DSV4_DEVICE_CUDA)
 	DeviceCUDAHost    = int32(C.DSV4_DEVICE_CUDA_HOST)
+	DeviceOpenCL      = int32(C.DSV4_DEVICE_OPENCL)
 	DeviceROCm        = int32(C.DSV4_DEVICE_ROCM)
 	DeviceCUDAManaged = int32(C.DSV4_DEVICE_CUDA_MANAGED)
 	DeviceOneAPI      = int32(C.DSV4_DEVICE_ONEAPI)
@@ -186,6 +187,9 @@ var CPU = Device{Type: DeviceCPU}
 // CUDA is device id of the CUDA runtime.
 func CUDA(id int32) Device { return Device{Type: DeviceCUDA, ID: id} }
 
+// OpenCL is device id of the context's OpenCL platform (tensors are SVM pointers).
+func OpenCL(id int32) Device { return Device{Type: DeviceOpenCL, ID: id} }
+
 // KV cache layouts (DSV4_KV_LAYOUT_*).
 const (
 	KVLayoutNone             = uint32(C.DSV4_KV_LAYOUT_NONE)
@@ -193,18 +197,26 @@ const (
 	KVLayoutFP8V4584B        = uint32(C.DSV4_KV_LAYOUT_FP8_V4_584B)
 	KVLayoutFP8V32656B       = uint32(C.DSV4_KV_LAYOUT_FP8_V32_656B)
 	KVLayoutFP8E4M3PerTensor = uint32(C.DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR)
+	KVLayoutFP16             = uint32(C.DSV4_KV_LAYOUT_FP16)
 )
+
+// Cache flags (DSV4_KV_CACHE_FLAG_*, CacheDesc.Flags).
+const KVCacheFlagFP8FNUZ = uint32(C.DSV4_KV_CACHE_FLAG_FP8_FNUZ)
 
 // Plan modes, index formats, flags and export formats.
 const (
-	ModeExplicit     = uint32(C.DSV4_MODE_EXPLICIT)
-	ModePaged        = uint32(C.DSV4_MODE_PAGED)
-	IndexDense       = uint32(C.DSV4_INDEX_DENSE)
-	IndexCSR         = uint32(C.DSV4_INDEX_CSR)
-	PlanFlagNone     = uint32(C.DSV4_PLAN_FLAG_NONE)
-	ExportFlashMLA   = uint32(C.DSV4_EXPORT_FLASHMLA)
-	ExportCSR        = uint32(C.DSV4_EXPORT_CSR)
-	ExportFlashInfer = uint32(C.DSV4_EXPORT_FLASHINFER)
+	ModeExplicit = uint32(C.DSV4_MODE_EXPLICIT)
+	ModePaged    = uint32(C.DSV4_MODE_PAGED)
+	IndexDense   = uint32(C.DSV4_INDEX_DENSE)
+	IndexCSR     = uint32(C.DSV4_INDEX_CSR)
+	PlanFlagNone = uint32(C.DSV4_PLAN_FLAG_NONE)
+	// PlanFlagBatchInvariant: every token's results are bit-identical whatever else is in the run.
+	PlanFlagBatchInvariant = uint32(C.DSV4_PLAN_FLAG_BATCH_INVARIANT)
+	// PlanFlagReferenceKernel: the backend's reference kernel.
+	PlanFlagReferenceKernel = uint32(C.DSV4_PLAN_FLAG_REFERENCE_KERNEL)
+	ExportFlashMLA          = uint32(C.DSV4_EXPORT_FLASHMLA)
+	ExportCSR               = uint32(C.DSV4_EXPORT_CSR)
+	ExportFlashInfer        = uint32(C.DSV4_EXPORT_FLASHINFER)
 )
 
 // Log levels (DSV4_LOG_*; the level itself comes from DSV4_LOG_LEVEL).

@@ -117,6 +117,7 @@ type vecTensor struct {
 
 type vecCase struct {
 	name    string
+	op      string // "run" (a plan and Run) or "merge" (Context.Merge)
 	options [][2]string
 	inputs  []vecTensor
 	outputs []vecTensor
@@ -171,7 +172,9 @@ func loadVectors(t *testing.T) (uint64, []*vecCase) {
 		case "seed":
 			seed, _ = strconv.ParseUint(w[1], 10, 64)
 		case "case":
-			cases = append(cases, &vecCase{name: w[1]})
+			cases = append(cases, &vecCase{name: w[1], op: "run"})
+		case "op":
+			c.op = w[1]
 		case "option":
 			c.options = append(c.options, [2]string{w[1], w[2]})
 		case "input":
@@ -263,6 +266,10 @@ func planOptions(t *testing.T, c *vecCase) PlanOptions {
 			o.ExtraCache.BlockSize = int32(v)
 		case "extra_cache.block_stride_bytes":
 			o.ExtraCache.BlockStrideBytes = v
+		case "swa_cache.flags":
+			o.SWACache.Flags = uint32(v)
+		case "extra_cache.flags":
+			o.ExtraCache.Flags = uint32(v)
 		default:
 			t.Fatalf("unknown option %s", kv[0])
 		}
@@ -270,15 +277,23 @@ func planOptions(t *testing.T, c *vecCase) PlanOptions {
 	return o
 }
 
+// caseArgs are a case's tensors: RunArgs' fields, and the merge's parts by name.
+type caseArgs struct {
+	RunArgs
+	extra map[string]*Tensor
+}
+
 // prepare sets the case's inputs and NaN-filled outputs (every element must be written).
-func prepare(t *testing.T, c *vecCase) (*RunArgs, [][]byte) {
-	args := &RunArgs{}
+func prepare(t *testing.T, c *vecCase) (*caseArgs, [][]byte) {
+	args := &caseArgs{extra: map[string]*Tensor{}}
 	for _, in := range c.inputs {
 		x, err := TensorFromBytes(in.bytes, in.dtype, in.shape...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := args.Set(in.name, x); err != nil {
+		if in.name == "out_parts" || in.name == "lse_parts" {
+			args.extra[in.name] = x
+		} else if err := args.Set(in.name, x); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -352,21 +367,29 @@ func TestVectorsMatchTheReference(t *testing.T) {
 	}
 	defer ctx.Close()
 	for _, c := range cases {
-		opts := planOptions(t, c)
-		plan, err := ctx.NewPlan(&opts)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
 		args, outs := prepare(t, c)
-		if err := plan.Run(args); err != nil {
-			t.Fatalf("%s: %v", c.name, err)
+		if c.op == "merge" {
+			err := ctx.Merge(&MergeArgs{OutParts: args.extra["out_parts"], LSEParts: args.extra["lse_parts"],
+				AttnSink: args.AttnSink, Out: args.Out, LSE: args.LSE})
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+		} else {
+			opts := planOptions(t, c)
+			plan, err := ctx.NewPlan(&opts)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if err := plan.Run(&args.RunArgs); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			plan.Close()
 		}
 		for i := range c.outputs {
 			if err := compare(&c.outputs[i], outs[i]); err != nil {
 				t.Errorf("%s: %v (vectors seed %d)", c.name, err, seed)
 			}
 		}
-		plan.Close()
 	}
 }
 
@@ -401,7 +424,7 @@ func TestRawAddressesRunLikeSlices(t *testing.T) {
 	args, _ := prepare(t, c)
 	args.Out = RawTensor(base, CPU, BFloat16, out.shape, nil)
 	args.Workspace = RawTensor(base+uintptr(len(out.want)*2), CPU, UInt8, []int64{int64(size)}, nil)
-	if err := plan.Run(args); err != nil {
+	if err := plan.Run(&args.RunArgs); err != nil {
 		t.Fatal(err)
 	}
 	if err := compare(out, mem[:len(out.want)*2]); err != nil {
@@ -431,7 +454,7 @@ func TestConcurrentRunsAndClose(t *testing.T) {
 		go func(g int) {
 			defer wg.Done()
 			args, outs := prepare(t, c)
-			if errs[g] = plan.Run(args); errs[g] == nil {
+			if errs[g] = plan.Run(&args.RunArgs); errs[g] == nil {
 				errs[g] = compare(&c.outputs[0], outs[0])
 			}
 		}(g)
@@ -447,7 +470,7 @@ func TestConcurrentRunsAndClose(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			args, _ := prepare(t, c)
-			if err := plan.Run(args); err != nil && !errors.Is(err, ErrInvalidArgument) {
+			if err := plan.Run(&args.RunArgs); err != nil && !errors.Is(err, ErrInvalidArgument) {
 				t.Errorf("a run racing Close: %v", err)
 			}
 		}()
@@ -488,7 +511,7 @@ func TestBadInputIsAnErrorWithLibdsv4sMessage(t *testing.T) {
 		t.Fatal("WithDType changed the width")
 	}
 	args.Q, _ = NewTensor(make([]float32, q.Shape[0]*q.Shape[1]*q.Shape[2]), q.Shape...)
-	err = plan.Run(args)
+	err = plan.Run(&args.RunArgs)
 	expect("wrong dtype", err, ErrPlanMismatch, "q")
 	if e := err.(*Error); e.Func != "dsv4_run" || !strings.Contains(err.Error(), e.Status.String()) {
 		t.Errorf("the error names its function and status: %v", err)
@@ -500,13 +523,13 @@ func TestBadInputIsAnErrorWithLibdsv4sMessage(t *testing.T) {
 	// Null where required: no output.
 	args, _ = prepare(t, c)
 	args.Out = nil
-	expect("no out", plan.Run(args), ErrInvalidArgument, "out")
+	expect("no out", plan.Run(&args.RunArgs), ErrInvalidArgument, "out")
 
 	// A workspace that is too small.
 	if size, _ := plan.WorkspaceSize(); size > 1 {
 		args, _ = prepare(t, c)
 		args.Workspace, _ = NewTensor(make([]byte, 1), 1)
-		expect("small workspace", plan.Run(args), ErrWorkspaceTooSmall, "workspace")
+		expect("small workspace", plan.Run(&args.RunArgs), ErrWorkspaceTooSmall, "workspace")
 	}
 
 	// Short buffer: the binding's own check.
@@ -526,12 +549,21 @@ func TestBadInputIsAnErrorWithLibdsv4sMessage(t *testing.T) {
 	plan.Close()
 	plan.Close()
 	args, _ = prepare(t, c)
-	expect("closed plan", plan.Run(args), ErrInvalidArgument, "plan")
+	expect("closed plan", plan.Run(&args.RunArgs), ErrInvalidArgument, "plan")
 	_, err = plan.WorkspaceSize()
 	expect("closed plan", err, ErrInvalidArgument, "plan")
 	ctx.Close()
 	_, err = ctx.NewPlan(&opts)
 	expect("closed context", err, ErrInvalidArgument, "ctx")
+
+	// Merge without its parts (on a live context).
+	ctx2, err := NewContext(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx2.Close()
+	args, _ = prepare(t, c)
+	expect("merge without parts", ctx2.Merge(&MergeArgs{Out: args.Out}), ErrInvalidArgument, "out_parts")
 
 	// No such backend.
 	_, err = NewContext(&ContextOptions{Backend: "no-such-backend"})
@@ -584,7 +616,7 @@ func TestKVWriteExportAndQueries(t *testing.T) {
 	swa, lengths := make([]int32, T*128), make([]int32, T)
 	swaT, _ := NewTensor(swa, T, 128)
 	lengthsT, _ := NewTensor(lengths, T)
-	if err := plan.ExportIndices(&ExportArgs{Format: ExportFlashMLA, Batch: *batch, SWAIndices: swaT,
+	if err := plan.ExportIndices(&ExportArgs{Format: ExportFlashMLA, Batch: batch.RunArgs, SWAIndices: swaT,
 		SWALengths: lengthsT}); err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,8 @@
   X(dsv4_run) \
   X(dsv4_kv_write_args_init) \
   X(dsv4_kv_write) \
+  X(dsv4_merge_args_init) \
+  X(dsv4_merge) \
   X(dsv4_export_args_init) \
   X(dsv4_export_indices)
 // clang-format on
@@ -150,6 +152,7 @@ dsv4_status dsv4go_call(int op, void* handle, void* args, dsv4_run_args* run_arg
     st = (dsv4go.dsv4_run)((const dsv4_plan*)handle, (const dsv4_run_args*)args);
   if (op == DSV4GO_KV_WRITE)
     st = (dsv4go.dsv4_kv_write)((dsv4_ctx*)handle, (const dsv4_kv_write_args*)args);
+  if (op == DSV4GO_MERGE) st = (dsv4go.dsv4_merge)((dsv4_ctx*)handle, (const dsv4_merge_args*)args);
   if (op == DSV4GO_EXPORT)
     st = (dsv4go.dsv4_export_indices)((const dsv4_plan*)handle, (const dsv4_export_args*)args);
   st = dsv4go_result(st, m);
@@ -164,6 +167,9 @@ dsv4_status dsv4go_run_args_init(dsv4_run_args* a, char* m) {
 }
 dsv4_status dsv4go_kv_write_args_init(dsv4_kv_write_args* a, char* m) {
   return dsv4go_result((dsv4go.dsv4_kv_write_args_init)(a, sizeof *a), m);
+}
+dsv4_status dsv4go_merge_args_init(dsv4_merge_args* a, char* m) {
+  return dsv4go_result((dsv4go.dsv4_merge_args_init)(a, sizeof *a), m);
 }
 dsv4_status dsv4go_export_args_init(dsv4_export_args* a, char* m) {
   return dsv4go_result((dsv4go.dsv4_export_args_init)(a, sizeof *a), m);

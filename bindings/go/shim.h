@@ -8,13 +8,20 @@
 #include <stdint.h>
 
 enum { DSV4GO_MESSAGE = 1024 };
-enum { DSV4GO_TENSORS = 24, DSV4GO_RUN = 0, DSV4GO_KV_WRITE = 1, DSV4GO_EXPORT = 2 };
+enum {
+  DSV4GO_TENSORS = 24,
+  DSV4GO_RUN = 0,
+  DSV4GO_KV_WRITE = 1,
+  DSV4GO_EXPORT = 2,
+  DSV4GO_MERGE = 3
+};
 
 /* One call's C-side structs: the arguments, the tensors and their shapes and strides. */
 typedef struct dsv4go_arena {
   dsv4_run_args run;
   dsv4_export_args export_args;
   dsv4_kv_write_args kv_write;
+  dsv4_merge_args merge;
   dsv4_tensor tensors[DSV4GO_TENSORS];
   int64_t dims[DSV4GO_TENSORS][16];
 } dsv4go_arena;
@@ -43,6 +50,7 @@ const char* dsv4go_status_string(dsv4_status s);
 dsv4_status dsv4go_run_args_init(dsv4_run_args* a, char* m);
 dsv4_status dsv4go_kv_write_args_init(dsv4_kv_write_args* a, char* m);
 dsv4_status dsv4go_export_args_init(dsv4_export_args* a, char* m);
+dsv4_status dsv4go_merge_args_init(dsv4_merge_args* a, char* m);
 void dsv4go_set_address(dsv4_tensor* t, uintptr_t address);
 void dsv4go_set_workspace(dsv4_run_args* a, uintptr_t address, size_t bytes);
 void dsv4go_set_stream(void** field, uintptr_t stream);
