@@ -1,5 +1,6 @@
 // A llama.cpp-style engine over libdsv4 (dsv4.hpp): the engine owns a paged KV pool per layer (a
-// sliding-window cache and, for compressed layers, a compressed cache), writes each step's new
+// sliding-window cache and, for compressed layers, a compressed cache; fp16 rows, ggml's default
+// KV type), writes each step's new
 // tokens into it with dsv4_kv_write, and steps a few requests through chunked prefill and MTP
 // decode over a small stack of SWA, C4A (top-k from a toy indexer) and C128A layers in paged mode,
 // on whichever backend the probe picks. Activations and caches are ggml-style tensors (ne/nb,
@@ -40,8 +41,8 @@ constexpr int64_t kMaxModelLen = 4096;
 constexpr int32_t kMtpTokens = 2;    // MTP decode: one verified and one draft token
 constexpr int32_t kStepBudget = 64;  // query tokens per step
 constexpr int32_t kMaxRequests = 8;
-constexpr uint32_t kLayout = DSV4_KV_LAYOUT_BF16;  // ggml keeps KV in 16-bit rows
-constexpr dsv4_dtype kKvType = dsv4::kBFloat16;
+constexpr uint32_t kLayout = DSV4_KV_LAYOUT_FP16;  // ggml's default KV type: fp16 rows
+constexpr dsv4_dtype kKvType = dsv4::kFloat16;
 
 struct LayerKind {
   const char* name;
@@ -107,11 +108,12 @@ dsv4::Tensor wrap(const GgmlTensor& t) {
 // ------------------------------------------------------------------------------------------------
 // The engine's KV pool of one cache: fixed-size blocks, a free list, 16-bit rows.
 // ------------------------------------------------------------------------------------------------
+constexpr uint16_t kNaN16 = 0xffff;  // NaN as fp16 and as bf16
 class KvPool {
  public:
   KvPool(int32_t block_size, int64_t num_blocks)
       : block_size_(block_size),
-        storage_(static_cast<size_t>(num_blocks * block_size * kDim), 0xffff) {  // NaN
+        storage_(static_cast<size_t>(num_blocks * block_size * kDim), kNaN16) {
     tensor_ = new_tensor(storage_, kKvType, kDim, block_size, num_blocks);
     for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
   }
