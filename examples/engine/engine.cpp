@@ -1,12 +1,11 @@
 // A llama.cpp-style engine over libdsv4 (dsv4.hpp): the engine owns a paged KV pool per layer (a
 // sliding-window cache and, for compressed layers, a compressed cache; fp16 rows, ggml's default
-// KV type), writes each step's new
-// tokens into it with dsv4_kv_write, and steps a few requests through chunked prefill and MTP
-// decode over a small stack of SWA, C4A (top-k from a toy indexer) and C128A layers in paged mode,
-// on whichever backend the probe picks. Activations and caches are ggml-style tensors (ne/nb,
-// fastest dimension first) handed to libdsv4 as they are, without copies. Every layer's output of
-// every step is checked against the independent float64 reference; the exit status says whether
-// all agreed.
+// KV type), writes each step's new tokens into it with dsv4_kv_write, and steps a few requests
+// through chunked prefill and MTP decode over a small stack of SWA, C4A (top-k from a toy indexer)
+// and C128A layers in paged mode, on whichever backend the probe picks. Activations and caches are
+// ggml-style tensors (ne/nb, fastest dimension first) handed to libdsv4 as they are, without
+// copies. Every layer's output of every step is checked against the independent float64
+// reference; the exit status says whether all agreed.
 //
 //   example_engine [--steps N] [--seed S]
 #include <algorithm>
