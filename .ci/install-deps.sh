@@ -4,7 +4,8 @@
 set -euo pipefail
 # clang-14 + libclang-rt-14-dev: the libFuzzer targets of fuzz/ (make fuzz, make test's smoke).
 pkgs=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-      python3 abigail-tools libdlpack-dev cmake-format clang-format clang-14 libclang-rt-14-dev)
+      python3 abigail-tools libdlpack-dev cmake-format clang-format rustc cargo golang-go clang-14
+      libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

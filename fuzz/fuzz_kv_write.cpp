@@ -23,7 +23,7 @@ std::vector<std::pair<int64_t, int64_t>> entry_ranges(uint32_t layout, int64_t b
 }
 
 bool known(uint32_t layout) {
-  return layout >= DSV4_KV_LAYOUT_BF16 && layout <= DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+  return layout >= DSV4_KV_LAYOUT_BF16 && layout <= DSV4_KV_LAYOUT_FP16;
 }
 
 }  // namespace
@@ -34,9 +34,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   dsv4_kv_write_args a;
   dsv4_kv_write_args_init(&a);
   dsv4_kv_cache_desc& desc = a.cache_desc;
-  desc.layout = in.PickValueInArray<uint32_t>({DSV4_KV_LAYOUT_BF16, DSV4_KV_LAYOUT_FP8_V4_584B,
-                                               DSV4_KV_LAYOUT_FP8_V32_656B,
-                                               DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, 0u, 6u, 99u});
+  desc.layout = in.PickValueInArray<uint32_t>(
+      {DSV4_KV_LAYOUT_BF16, DSV4_KV_LAYOUT_FP8_V4_584B, DSV4_KV_LAYOUT_FP8_V32_656B,
+       DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, DSV4_KV_LAYOUT_FP16, 0u, 6u, 99u});
   desc.block_size =
       in.ConsumeBool() ? in.ConsumeIntegralInRange<int32_t>(1, 70) : pick32(in, -2, 300);
   const int64_t bs = desc.block_size > 0 ? desc.block_size : 1;
@@ -60,7 +60,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   }
   desc.kv_scale = in.PickValueInArray<float>(
       {1.0f, 0.5f, 0.0371f, 0.0f, -1.0f, 1e30f, __builtin_inff(), __builtin_nanf("")});
-  desc.reserved = in.ConsumeIntegralInRange<int>(0, 31) == 0 ? 1u : 0u;
+  desc.flags = in.ConsumeIntegralInRange<int>(0, 15) == 0
+                   ? in.PickValueInArray<uint32_t>({DSV4_KV_CACHE_FLAG_FP8_FNUZ, 2u})
+                   : 0u;
   a.reserved = in.ConsumeIntegralInRange<int>(0, 31) == 0 ? 2u : 0u;
 
   const int64_t stride = desc.block_stride_bytes > 0 ? desc.block_stride_bytes : min_stride;

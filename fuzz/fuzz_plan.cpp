@@ -22,7 +22,7 @@ dsv4_kv_cache_desc fuzz_desc(FuzzedDataProvider& in) {
       {DSV4_KV_LAYOUT_BF16, DSV4_KV_LAYOUT_FP8_V4_584B, DSV4_KV_LAYOUT_FP8_V32_656B,
        DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, DSV4_KV_LAYOUT_FP8_V4_584B, 0u, 6u, 0xffffffffu});
   d.block_size = in.ConsumeBool() ? in.ConsumeIntegralInRange<int32_t>(1, 256) : pick32(in, -4, 64);
-  const bool known = d.layout >= 1 && d.layout <= 4;
+  const bool known = d.layout >= DSV4_KV_LAYOUT_BF16 && d.layout <= DSV4_KV_LAYOUT_FP16;
   const int64_t min_stride = known && d.block_size > 0 && d.block_size <= 1 << 16
                                  ? dsv4test::ref_layout_min_block_bytes(d.layout, d.block_size)
                                  : 0;
@@ -41,7 +41,9 @@ dsv4_kv_cache_desc fuzz_desc(FuzzedDataProvider& in) {
   }
   d.kv_scale = in.PickValueInArray<float>(
       {1.0f, 0.25f, 0.0f, -2.0f, __builtin_inff(), __builtin_nanf(""), 1e-30f});
-  d.reserved = in.ConsumeIntegralInRange<int>(0, 63) == 0 ? 1u : 0u;
+  d.flags = in.ConsumeIntegralInRange<int>(0, 15) == 0
+                ? in.PickValueInArray<uint32_t>({DSV4_KV_CACHE_FLAG_FP8_FNUZ, 2u, 0x80000000u})
+                : 0u;
   return d;
 }
 
@@ -53,7 +55,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   dsv4_plan_options_init(&o);
   o.mode =
       in.PickValueInArray<uint32_t>({DSV4_MODE_EXPLICIT, DSV4_MODE_PAGED, DSV4_MODE_PAGED, 2u});
-  o.flags = in.ConsumeIntegralInRange<int>(0, 15) == 0 ? in.ConsumeIntegral<uint32_t>() : 0u;
+  o.flags =
+      in.ConsumeIntegralInRange<int>(0, 7) == 0
+          ? in.PickValueInArray<uint32_t>({DSV4_PLAN_FLAG_BATCH_INVARIANT,
+                                           DSV4_PLAN_FLAG_REFERENCE_KERNEL, 3u, 4u, 0x80000000u})
+          : 0u;
   o.num_heads = pick32(in, 1, 128);
   o.head_dim_qk = in.PickValueInArray<int32_t>({512, 512, 576, 0, 511});
   o.head_dim_v = in.ConsumeIntegralInRange<int>(0, 15) == 0 ? pick32(in, 0, 1024) : 512;

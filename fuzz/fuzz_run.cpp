@@ -21,6 +21,7 @@ constexpr dsv4_dtype kF32{DSV4_DTYPE_CODE_FLOAT, 32, 1};
 constexpr dsv4_dtype kI32{DSV4_DTYPE_CODE_INT, 32, 1};
 constexpr dsv4_dtype kU8{DSV4_DTYPE_CODE_UINT, 8, 1};
 constexpr dsv4_dtype kE4m3{DSV4_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
+constexpr dsv4_dtype kF16{DSV4_DTYPE_CODE_FLOAT, 16, 1};
 
 struct PlanDeleter {
   void operator()(dsv4_plan* p) const { dsv4_plan_destroy(p); }
@@ -34,13 +35,14 @@ dsv4_kv_cache_desc fuzz_desc(FuzzedDataProvider& in, uint32_t layout) {
   return d;
 }
 
-// A cache tensor [blocks, block bytes] (uint8, or bf16 for the bf16 layout).
+// A cache tensor [blocks, block bytes] (uint8, or the row type of the bf16 and fp16 layouts).
 TensorSpec cache_spec(FuzzedDataProvider& in, const dsv4_kv_cache_desc& d) {
-  const bool bf16 =
-      d.layout == DSV4_KV_LAYOUT_BF16 && d.block_stride_bytes % 2 == 0 && in.ConsumeBool();
+  const bool rows = (d.layout == DSV4_KV_LAYOUT_BF16 || d.layout == DSV4_KV_LAYOUT_FP16) &&
+                    d.block_stride_bytes % 2 == 0 && in.ConsumeBool();
+  const dsv4_dtype row_type = d.layout == DSV4_KV_LAYOUT_BF16 ? kBf16 : kF16;
   TensorSpec s =
-      compact(bf16 ? kBf16 : kU8, {in.ConsumeIntegralInRange<int64_t>(0, 4),
-                                   bf16 ? d.block_stride_bytes / 2 : d.block_stride_bytes});
+      compact(rows ? row_type : kU8, {in.ConsumeIntegralInRange<int64_t>(0, 4),
+                                      rows ? d.block_stride_bytes / 2 : d.block_stride_bytes});
   mutate(in, s);
   return s;
 }
@@ -105,18 +107,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   dsv4_plan_options_init(&o);
   const uint32_t layout = in.PickValueInArray<uint32_t>(
       {DSV4_KV_LAYOUT_BF16, DSV4_KV_LAYOUT_FP8_V4_584B, DSV4_KV_LAYOUT_FP8_V32_656B,
-       DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR});
+       DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, DSV4_KV_LAYOUT_FP16});
+  o.flags = in.PickValueInArray<uint32_t>({DSV4_PLAN_FLAG_NONE, DSV4_PLAN_FLAG_NONE,
+                                           DSV4_PLAN_FLAG_BATCH_INVARIANT,
+                                           DSV4_PLAN_FLAG_REFERENCE_KERNEL});
   o.num_heads = in.ConsumeIntegralInRange<int32_t>(1, 8);
   o.head_dim_qk = static_cast<int32_t>(dsv4test::ref_layout_head_dim_qk(layout));
   o.swa_cache = fuzz_desc(in, layout);
   if (layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR && in.ConsumeBool()) o.q_dtype = kE4m3;
   const bool extra = in.ConsumeIntegralInRange<int>(0, 2) == 0;
   if (extra) {
-    o.extra_cache =
-        fuzz_desc(in, layout == DSV4_KV_LAYOUT_FP8_V32_656B
-                          ? layout
-                          : in.PickValueInArray<uint32_t>(
-                                {layout, DSV4_KV_LAYOUT_BF16, DSV4_KV_LAYOUT_FP8_V4_584B}));
+    o.extra_cache = fuzz_desc(
+        in, layout == DSV4_KV_LAYOUT_FP8_V32_656B
+                ? layout
+                : in.PickValueInArray<uint32_t>({layout, DSV4_KV_LAYOUT_BF16,
+                                                 DSV4_KV_LAYOUT_FP8_V4_584B, DSV4_KV_LAYOUT_FP16}));
     if (o.q_dtype.code == DSV4_DTYPE_CODE_FLOAT8_E4M3FN) o.extra_cache = fuzz_desc(in, layout);
     o.extra_topk = in.ConsumeIntegralInRange<int32_t>(1, 32);
   }

@@ -8,14 +8,15 @@
  *   FAKE_SCORE         probe score (default 5)
  *   FAKE_DEVICE_TYPE   device type served (default DSV4_DEVICE_CPU)
  *   FAKE_NO_ENTRY      export no entry symbol at all
- *   FAKE_ABI_MAJOR2    answer ABI 2.0 to the negotiation
- *   FAKE_ABI_MINOR_NEW module speaks 1.7 and answers min(host, module) as the contract says
+ *   FAKE_ABI_OLD_MAJOR answer module ABI 1.0 (a module built for libdsv4 0.1)
+ *   FAKE_ABI_MINOR_NEW module speaks 2.7 and answers min(host, module) as the contract says
  *   FAKE_PROBE_ZERO    probe score 0 with a reason
  *   FAKE_CTX_FAIL      ctx_create returns DSV4_STATUS_BACKEND_ERROR
  *   FAKE_IFACE_SMALL   table struct_size smaller than the 1.0 table
  *   FAKE_ENTRY_FAILS   the entry returns DSV4_STATUS_ABI_MISMATCH
  *   FAKE_NEEDS_DEP     calls into a shared library the loader cannot find (dlopen fails)
- *   FAKE_ABI_OLD_MAJOR answer ABI 0.9 (a major the host no longer speaks)
+ *   FAKE_ABI_MAJOR0    answer ABI 0.9 (a major no host spoke)
+ *   FAKE_ABI_NEXT_MAJOR answer the next major (a module newer than this host)
  *   FAKE_NULL_IFACE    the entry succeeds but hands back no interface table
  *   FAKE_NULL_SLOT     the table's required run slot is NULL
  *   FAKE_NO_NAME       the table's name is NULL
@@ -137,10 +138,9 @@ static dsv4_status fake_ctx_create(const dsv4_mod_ctx_config* config, void** out
 
 static void fake_ctx_destroy(void* mctx) { (void)mctx; }
 
-static dsv4_status fake_plan_create(void* mctx, const dsv4_plan_options* options,
-                                    void** out_mplan) {
+static dsv4_status fake_plan_create(void* mctx, const dsv4_mod_plan* plan, void** out_mplan) {
   (void)mctx;
-  (void)options;
+  (void)plan;
   (void)out_mplan;
   if (g_host) g_host->set_error("fake modules have no kernels");
   return DSV4_STATUS_UNSUPPORTED;
@@ -174,7 +174,7 @@ static dsv4_status fake_kv_write(void* mctx, const dsv4_mod_kv_write* write) {
 
 static const dsv4_backend_iface g_iface = {
 #ifdef FAKE_IFACE_SMALL
-    (uint32_t)offsetof(dsv4_backend_iface, kv_write), /* a table that stops before 1.0 ends */
+    (uint32_t)offsetof(dsv4_backend_iface, kv_write), /* a table that stops before 2.0 ends */
 #else
     (uint32_t)sizeof(dsv4_backend_iface),
 #endif
@@ -202,6 +202,7 @@ static const dsv4_backend_iface g_iface = {
 #endif
     fake_kv_write,
     NULL, /* export_indices: optional */
+    NULL, /* merge: optional */
 };
 
 #ifdef FAKE_NO_ENTRY
@@ -224,10 +225,13 @@ FAKE_ENTRY_VISIBILITY dsv4_status dsv4_backend_entry(uint32_t* inout_abi_version
   (void)g_iface;
   return DSV4_STATUS_ABI_MISMATCH;
 #else
-#if defined(FAKE_ABI_MAJOR2)
-  *inout_abi_version = 2u << 16;
-#elif defined(FAKE_ABI_OLD_MAJOR)
-  *inout_abi_version = 9u; /* 0.9 */
+#if defined(FAKE_ABI_OLD_MAJOR)
+  /* A module built for module ABI 1.x (libdsv4 0.1) answers with its own major. */
+  *inout_abi_version = 1u << 16;
+#elif defined(FAKE_ABI_MAJOR0)
+  *inout_abi_version = 9u; /* 0.9: a major no host spoke */
+#elif defined(FAKE_ABI_NEXT_MAJOR)
+  *inout_abi_version = (DSV4_MODULE_ABI_MAJOR + 1u) << 16;
 #else
   if ((*inout_abi_version >> 16) != (FAKE_MODULE_ABI >> 16)) return DSV4_STATUS_ABI_MISMATCH;
   if (*inout_abi_version > FAKE_MODULE_ABI) *inout_abi_version = FAKE_MODULE_ABI;
