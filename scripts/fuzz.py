@@ -30,7 +30,7 @@ def commit():
         return "unknown"
 
 
-def run_one(build, target, seconds):
+def run_one(build, target, seconds, revision):
     binary = os.path.join(build, "bin", target)
     work = os.path.join(build, "fuzz-corpus", target)
     artifacts = os.path.join(build, "fuzz-artifacts", target) + "/"
@@ -52,7 +52,7 @@ def run_one(build, target, seconds):
         "kind": "fuzz",
         "target": target,
         "date": started.strftime("%Y-%m-%d"),
-        "commit": commit(),
+        "commit": revision,
         "seconds": round(elapsed),
         "cases": int(cases.group(1)) if cases else 0,
         "crashes": 0 if proc.returncode == 0 else 1,
@@ -69,8 +69,9 @@ def main():
     parser.add_argument("targets", nargs="*", default=TARGETS)
     args = parser.parse_args()
     build = os.path.abspath(args.build)
+    revision = commit()  # what `make fuzz` just built
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        results = list(pool.map(lambda t: run_one(build, t, args.seconds), args.targets))
+        results = list(pool.map(lambda t: run_one(build, t, args.seconds, revision), args.targets))
     for r in results:
         verdict = f"CRASH, input in {r['artifact']}" if r["crashes"] else "clean"
         print(f"{r['target']:18} {r['cases']:>10} cases in {r['seconds']:>6} s: {verdict}")
