@@ -1,5 +1,6 @@
 #include "fuzz_support.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -229,15 +230,16 @@ FuzzTensor::FuzzTensor(const TensorSpec& spec, Filler& fill, size_t limit) : spe
   const int64_t elem = whole ? d.bits / 8 : 1;
   i128 span = 0;  // bytes from element 0 to one past the last
   if (!must_reject_ && !empty_) {
+    // Saturating at 2^80, beyond every limit here: a product of two saturated values still fits.
+    const i128 cap = i128(1) << 80;
+    const auto sat_mul = [&](i128 a, i128 b) { return a != 0 && b > cap / a ? cap : a * b; };
     i128 last = 0;
     i128 count = 1;
     for (int32_t i = ndim - 1; i >= 0; --i) {
       const i128 extent = shape_[static_cast<size_t>(i)];
       const i128 stride = strides_.empty() ? count : i128(strides_[static_cast<size_t>(i)]);
-      last += (extent - 1) * stride;
-      count *= extent;
-      if (count > (i128(1) << 80)) count = i128(1) << 80;  // saturate: beyond every limit anyway
-      if (last > (i128(1) << 80)) last = i128(1) << 80;
+      last = std::min(cap, last + sat_mul(extent - 1, stride));
+      count = sat_mul(count, extent);
     }
     span = (last + 1) * elem;
     must_reject_ = span > INT64_MAX || i128(spec.byte_offset) > INT64_MAX - span;
