@@ -829,19 +829,6 @@ cudaError_t configure_tiles(int bytes) {
                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
-}  // namespace
-
-size_t attention_stage_bytes(uint32_t main_layout, uint32_t extra_layout, int chunk) {
-  size_t bytes = 0;
-  const uint32_t layouts[2] = {main_layout, extra_layout};
-  for (uint32_t layout : layouts) {
-    if (!layout_is_known(layout)) continue;
-    const size_t b = static_cast<size_t>(layout_min_block_bytes(layout, chunk));
-    bytes = b > bytes ? b : bytes;
-  }
-  return align16(bytes);
-}
-
 size_t attention_smem_bytes(int head_tiles, int head_dim_qk, size_t stage_bytes, int chunk) {
   return make_smem_map(head_tiles, head_dim_qk, stage_bytes, chunk).total;
 }
@@ -871,11 +858,21 @@ int attention_ctas_per_sm(int head_tiles, int chunk, int head_dim_qk, size_t sme
   }
 }
 
-cudaError_t attention_configure(int head_tiles, int chunk, size_t smem_bytes) {
-  const int bytes = static_cast<int>(smem_bytes);
-  if (chunk == kSmallChunkKeys)
-    return head_tiles == 1 ? configure_tiles<1, kSmallChunkKeys>(bytes) : cudaErrorInvalidValue;
-  switch (head_tiles) {
+// The kernel table's hooks (kernels.h).
+bool mma_serves(int cc_major, int head_dim_qk, uint32_t main_layout, uint32_t extra_layout) {
+  const bool dims = head_dim_qk == kHeadDim || head_dim_qk == kV32HeadDimQK;
+  return cc_major >= 8 && dims && layout_is_known(main_layout) &&
+         (extra_layout == DSV4_KV_LAYOUT_NONE || layout_is_known(extra_layout));
+}
+bool mma_compiled() { return true; }  // sm_80..89 and every later GPU run its PTX
+size_t mma_smem_bytes(const kernel_config& c) {
+  return attention_smem_bytes(c.head_tiles, c.head_dim_qk, c.stage_bytes, c.chunk);
+}
+cudaError_t mma_configure(const kernel_config& c) {
+  const int bytes = static_cast<int>(mma_smem_bytes(c));
+  if (c.chunk == kSmallChunkKeys)
+    return c.head_tiles == 1 ? configure_tiles<1, kSmallChunkKeys>(bytes) : cudaErrorInvalidValue;
+  switch (c.head_tiles) {
     case 1:
       return configure_tiles<1, kChunkKeys>(bytes);
     case 2:
@@ -886,9 +883,17 @@ cudaError_t attention_configure(int head_tiles, int chunk, size_t smem_bytes) {
       return cudaErrorInvalidValue;
   }
 }
+cudaError_t mma_occupancy(const kernel_config& c, int sm_count, int* ctas_per_sm, int resident[2]) {
+  *ctas_per_sm = attention_ctas_per_sm(c.head_tiles, c.chunk, c.head_dim_qk, mma_smem_bytes(c));
+  resident[0] = resident[1] = 0;  // no persistent form
+  return cudaSuccess;
+}
 
-cudaError_t attention_launch(const attention_params& p, size_t smem_bytes, cudaStream_t stream) {
+// The attention kernel and, when num_splits > 1, the combine kernel.
+cudaError_t mma_launch(const attention_params& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return cudaSuccess;
+  const size_t smem_bytes = attention_smem_bytes(p.head_tiles, p.head_dim_qk,
+                                                 static_cast<size_t>(p.stage_bytes), p.chunk_keys);
   cudaError_t err;
   if (p.chunk_keys == kSmallChunkKeys) {
     if (p.head_tiles != 1) return cudaErrorInvalidValue;
@@ -911,6 +916,11 @@ cudaError_t attention_launch(const attention_params& p, size_t smem_bytes, cudaS
   if (err != cudaSuccess || p.num_splits == 1) return err;
   return combine_launch(p, stream);
 }
+
+}  // namespace
+
+const kernel_family kMmaKernels = {"mma",         mma_serves,    mma_compiled, mma_smem_bytes,
+                                   mma_configure, mma_occupancy, mma_launch};
 
 cudaError_t combine_launch(const attention_params& p, cudaStream_t stream) {
   const int64_t blocks = static_cast<int64_t>(p.num_tokens) * p.num_heads;

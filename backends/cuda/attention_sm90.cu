@@ -834,28 +834,16 @@ void set_cluster_pairs(cudaLaunchConfig_t* cfg, cudaLaunchAttribute* attr) {
   cfg->numAttrs = 1;
 }
 
-// One CTA (pair) per work item; or, for runs of uniform items (or p.persistent_forced) at least
-// kPersistentWaves times as many as the device holds at once, and a tensor-map Q, as many
-// persistent CTAs as it holds, each looping over items in a fixed order: an item's Q and first rows
-// load while the previous one finishes. H200, prefill (31 waves): 64 heads 709 -> 674 us, 128 heads
-// 2333 -> 2247 us. Decode of 2 waves gained nothing, and items of uneven lengths lose the
-// hardware's balancing (CONFIG4 b=256 +11 %, CONFIG3 b=256 +7 %).
-constexpr unsigned kPersistentWaves = 4;
+// Launches run p as the planner chose (planner.cpp choose_run): CTA pairs where p.cluster_ctas is
+// 2, p.launch_ctas persistent CTAs where p.persistent says (they need the tensor-map Q), and as a
+// programmatic dependent of the token order's kernel where p.token_order is set.
 template <uint32_t L>
 cudaError_t launch_layout(const attention_params& p, const CUtensorMap& q_map, int q_tma,
                           cudaLaunchConfig_t* cfg) {
-  // A CTA pair converts each chunk once for both head groups. A split run that the device holds in
-  // one wave has SMs to spare: there each CTA converting its own chunks is faster, as the pair's
-  // exchange and the wait for the peer's half leave every chunk (H200: CONFIG2 / CONFIG4 b=2 22.4 /
-  // 22.0 -> 21.8 / 21.5 us).
-  const bool one_wave = p.num_splits > 1 && item_count(p) <= p.resident_ctas[0];
-  const bool pairs = p.head_groups == 2 && kPairs<L> && !one_wave;
-  const int cluster = pairs ? 2 : 1;
-  const int resident = p.resident_ctas[cluster - 1] / cluster * cluster;
-  const bool persistent = q_tma != 0 && resident > 0 &&
-                          (p.persistent_forced != 0 || uniform_items(p)) &&
-                          cfg->gridDim.x >= kPersistentWaves * static_cast<unsigned>(resident);
-  if (persistent) cfg->gridDim.x = static_cast<unsigned>(resident);
+  const bool pairs = p.cluster_ctas == 2;
+  const bool persistent = p.persistent != 0;
+  if ((pairs && !kPairs<L>) || (persistent && q_tma == 0)) return cudaErrorInvalidValue;
+  cfg->gridDim.x = static_cast<unsigned>(p.launch_ctas);
   cudaLaunchAttribute attr[2];
   if (pairs) set_cluster_pairs(cfg, attr);
   // An ordered run follows the order's kernel: its CTAs launch while it runs (cta_begin waits).
@@ -881,27 +869,33 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// Encodes the run's bf16 Q as the kernel's tensor map (host-only work, no device calls): dims
-// (512, heads, s_q, batch), boxes of 64 dims x 64 heads with the 128B swizzle. False when Q does
-// not qualify (fp8, unaligned) or the driver cannot encode it; the kernel then loads Q itself.
-bool encode_q_map(const attention_params& p, CUtensorMap* map) {
+// The run's bf16 Q as the kernel's tensor map: dims (512, heads, s_q, batch), boxes of 64 dims x
+// 64 heads with the 128B swizzle, or nothing (false) where Q does not qualify (fp8, unaligned) or
+// the driver cannot encode it; the kernel then loads Q itself. Host-only work, no device calls.
+// `strides` receives the byte strides of dims 1..3 (a dimension of size 1 is never stepped along:
+// it gets a stride the encoder accepts).
+bool q_map_strides(const attention_params& p, cuuint64_t dims[4], cuuint64_t strides[3]) {
   if (p.q_is_fp8 || !p.q_aligned16 || p.head_dim_qk != kHeadDim || p.num_tokens % p.seq_q != 0)
     return false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  cuuint64_t dims[4] = {static_cast<cuuint64_t>(kHeadDim), static_cast<cuuint64_t>(p.num_heads),
-                        static_cast<cuuint64_t>(p.seq_q),
-                        static_cast<cuuint64_t>(p.num_tokens / p.seq_q)};
+  dims[0] = static_cast<cuuint64_t>(kHeadDim);
+  dims[1] = static_cast<cuuint64_t>(p.num_heads);
+  dims[2] = static_cast<cuuint64_t>(p.seq_q);
+  dims[3] = static_cast<cuuint64_t>(p.num_tokens / p.seq_q);
   const int64_t elem_strides[3] = {p.q.stride_h, p.q.stride_s, p.q.stride_b};
-  cuuint64_t strides[3];
   int64_t extent = kHeadDim * 2;  // bytes spanned by the dimensions below
   for (int i = 0; i < 3; ++i) {
-    // A dimension of size 1 is never stepped along: give it a stride the encoder accepts.
     const int64_t bytes = dims[i + 1] == 1 ? extent : elem_strides[i] * 2;
     if (bytes <= 0 || bytes % 16 != 0 || bytes >= (int64_t{1} << 40)) return false;
     strides[i] = static_cast<cuuint64_t>(bytes);
     extent = bytes * static_cast<int64_t>(dims[i + 1]);
   }
+  return true;
+}
+bool encode_q_map(const attention_params& p, CUtensorMap* map) {
+  cuuint64_t dims[4];
+  cuuint64_t strides[3];
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr || !q_map_strides(p, dims, strides)) return false;
   cuuint32_t box[4] = {64, static_cast<cuuint32_t>(kRows), 1, 1};
   cuuint32_t elem[4] = {1, 1, 1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, p.q.data, dims, strides, box, elem,
@@ -911,26 +905,6 @@ bool encode_q_map(const attention_params& p, CUtensorMap* map) {
 }
 
 }  // namespace
-
-size_t attention_sm90_smem_bytes() { return kSmemBytes; }
-
-bool attention_sm90_layouts(uint32_t main_layout, uint32_t extra_layout) {
-  const bool known = main_layout == DSV4_KV_LAYOUT_FP8_V4_584B ||
-                     main_layout == DSV4_KV_LAYOUT_BF16 ||
-                     main_layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
-  return known && (extra_layout == DSV4_KV_LAYOUT_NONE || extra_layout == main_layout);
-}
-
-bool attention_sm90_compiled() {
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, attention_sm90_kernel<DSV4_KV_LAYOUT_BF16, 1, false, false>) !=
-      cudaSuccess) {
-    return false;
-  }
-  // Machine code built for sm_90a reports PTX 9.0; a JIT of the compute_80 PTX (no wgmma)
-  // reports 8.0.
-  return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
-}
 
 #if defined(DSV4_SM90_TRACE)
 namespace trace_host {
@@ -954,7 +928,27 @@ uint32_t sm90_trace_launch(int64_t ctas) {
 }
 #endif
 
-cudaError_t attention_sm90_configure() {
+namespace {
+
+// The kernel table's hooks (kernels.h).
+bool wgmma_serves(int cc_major, int head_dim_qk, uint32_t main_layout, uint32_t extra_layout) {
+  return cc_major == 9 && head_dim_qk == kHeadDim && sm90_layouts(main_layout, extra_layout);
+}
+
+bool wgmma_compiled() {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, attention_sm90_kernel<DSV4_KV_LAYOUT_BF16, 1, false, false>) !=
+      cudaSuccess) {
+    return false;
+  }
+  // Machine code built for sm_90a reports PTX 9.0; a JIT of the compute_80 PTX (no wgmma)
+  // reports 8.0.
+  return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
+}
+
+size_t wgmma_smem_bytes(const kernel_config&) { return kSmemBytes; }
+
+cudaError_t wgmma_configure(const kernel_config&) {
   tensor_map_encoder();  // resolved once, at plan creation rather than in the first run
 #if defined(DSV4_SM90_TRACE)
   if (const cudaError_t terr = trace::attach(); terr != cudaSuccess) return terr;
@@ -963,9 +957,11 @@ cudaError_t attention_sm90_configure() {
       [](auto l) { return configure_layout<decltype(l)::value>(static_cast<int>(kSmemBytes)); });
 }
 
-cudaError_t attention_sm90_resident(int sm_count, int resident[2]) {
+// CTAs the device holds at once: resident[0] single, resident[1] in pairs.
+cudaError_t wgmma_occupancy(const kernel_config&, int sm_count, int* ctas_per_sm, int resident[2]) {
   // Every layout's kernel has the same block size and shared memory: the FP8 584 B ones stand in.
   constexpr uint32_t L = DSV4_KV_LAYOUT_FP8_V4_584B;
+  *ctas_per_sm = 1;
   int per_sm = 0;
   cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &per_sm, attention_sm90_kernel<L, 1, true, false>, kThreads, kSmemBytes);
@@ -983,15 +979,14 @@ cudaError_t attention_sm90_resident(int sm_count, int resident[2]) {
   return err;
 }
 
-cudaError_t attention_sm90_launch(const attention_params& run, int32_t* order,
-                                  cudaStream_t stream) {
-  if (run.num_tokens <= 0) return cudaSuccess;
-  if (run.head_groups < 1 || run.head_groups > 2) return cudaErrorInvalidValue;
-  attention_params p = run;
-  if (order != nullptr) {
-    const cudaError_t oerr = token_order_launch(run, order, stream);
+// The token order's kernel where p.token_order asks for it, the attention kernel, and the combine
+// of its splits.
+cudaError_t wgmma_launch(const attention_params& p, cudaStream_t stream) {
+  if (p.num_tokens <= 0) return cudaSuccess;
+  if (p.head_groups < 1 || p.head_groups > 2) return cudaErrorInvalidValue;
+  if (p.token_order != nullptr) {
+    const cudaError_t oerr = token_order_launch(p, const_cast<int32_t*>(p.token_order), stream);
     if (oerr != cudaSuccess) return oerr;
-    p.token_order = order;
   }
   cudaLaunchConfig_t cfg = cta_grid_config(p, kThreads, kSmemBytes, stream);
   CUtensorMap q_map{};
@@ -1002,6 +997,18 @@ cudaError_t attention_sm90_launch(const attention_params& run, int32_t* order,
   if (err != cudaSuccess || p.num_splits == 1) return err;
   return combine_launch(p, stream);
 }
+
+}  // namespace
+
+bool q_map_applies(const attention_params& p) {
+  cuuint64_t dims[4];
+  cuuint64_t strides[3];
+  return tensor_map_encoder() != nullptr && q_map_strides(p, dims, strides);
+}
+
+const kernel_family kWgmmaKernels = {"wgmma",          wgmma_serves,    wgmma_compiled,
+                                     wgmma_smem_bytes, wgmma_configure, wgmma_occupancy,
+                                     wgmma_launch};
 
 }  // namespace cuda
 }  // namespace dsv4

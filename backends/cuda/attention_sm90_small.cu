@@ -853,7 +853,7 @@ struct small_regs {
 // into a raw stage (producer_stage; small_staged_applies), else loaded by the producers
 // (producer_convert). kH8: a 16-head tile's CTA serving at most 8 heads with small_consumer_h8
 // (attention_params::small_heads8). kPersistent (16-head tiles of staged rows, one key split;
-// attention_sm90_small_persistent): a grid smaller than the work items, each CTA running its items
+// planner.cpp choose_run): a grid smaller than the work items, each CTA running its items
 // in turn (cta_item). The producers copy the next item's first rows while the consumer finishes
 // this one. At an item change the 8-head consumer finds the next Q already in the Q tile; the
 // 16-head consumer loads it (prefetched into the L2 when the item began), and the sinks where the
@@ -1045,14 +1045,14 @@ cudaError_t for_each_small_kernel(F&& f) {
   return err;
 }
 
-// The plan's kernel: its tile width, staged rows where they apply, the 8-head consumer if asked,
-// persistent CTAs where attention_sm90_small_persistent says.
+// The kernel of run p: its tile width, staged rows, the 8-head consumer and persistent CTAs as the
+// planner chose them (attention_params::small_staged, small_heads8, persistent).
 template <uint32_t L>
 cudaError_t launch_small(const attention_params& p, cudaLaunchConfig_t cfg) {
-  const bool staged = p.small_staged != 0 && small_staged_applies(p.head_tiles, L);
+  const bool staged = p.small_staged != 0;
   const bool h8 = p.small_heads8 != 0;
-  const bool persistent = attention_sm90_small_persistent(p);
-  if (persistent) cfg.gridDim.x = static_cast<unsigned>(p.resident_ctas[0]);
+  const bool persistent = p.persistent != 0;
+  cfg.gridDim.x = static_cast<unsigned>(p.launch_ctas);
   bool launched = false;
   const cudaError_t err =
       for_each_small_kernel<L>([&](auto kernel, int mt, bool s, bool k8, bool pers) {
@@ -1064,22 +1064,29 @@ cudaError_t launch_small(const attention_params& p, cudaLaunchConfig_t cfg) {
   return err != cudaSuccess ? err : launched ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-}  // namespace
-
-size_t attention_sm90_small_smem_bytes(int head_tiles, uint32_t layout, bool staged) {
-  const bool s = staged && small_staged_applies(head_tiles, layout);
-  return head_tiles == 2 ? small_smem_bytes<2>(s) : small_smem_bytes<1>(s);
+// The kernel table's hooks (kernels.h).
+bool small_serves(int cc_major, int head_dim_qk, uint32_t main_layout, uint32_t extra_layout) {
+  return cc_major == 9 && head_dim_qk == kHeadDim && sm90_layouts(main_layout, extra_layout);
 }
 
-bool attention_sm90_small_compiled() {
+bool small_compiled() {
   cudaFuncAttributes attr{};
   if (cudaFuncGetAttributes(&attr, attention_sm90_small_kernel<DSV4_KV_LAYOUT_BF16, 1, false>) !=
       cudaSuccess)
     return false;
-  return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;  // as attention_sm90_compiled
+  // Machine code built for sm_90a reports PTX 9.0; a JIT of the compute_80 PTX reports 8.0.
+  return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
 }
 
-cudaError_t attention_sm90_small_configure() {
+// Dynamic shared memory of `head_tiles` tiles of `layout`, with the staged producers if `staged`
+// asks for them where they apply.
+size_t smem_for(int head_tiles, uint32_t layout, bool staged) {
+  const bool s = staged && small_staged_applies(head_tiles, layout);
+  return head_tiles == 2 ? small_smem_bytes<2>(s) : small_smem_bytes<1>(s);
+}
+size_t small_smem(const kernel_config& c) { return smem_for(c.head_tiles, c.layout, c.staged); }
+
+cudaError_t small_configure(const kernel_config&) {
 #if defined(DSV4_SM90_TRACE)
   if (const cudaError_t terr = trace::attach(); terr != cudaSuccess) return terr;
 #endif
@@ -1087,41 +1094,49 @@ cudaError_t attention_sm90_small_configure() {
     constexpr uint32_t L = decltype(l)::value;
     return for_each_small_kernel<L>([](auto kernel, int mt, bool staged, bool, bool) {
       return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(attention_sm90_small_smem_bytes(mt, L, staged)));
+                                  static_cast<int>(smem_for(mt, L, staged)));
     });
   });
 }
 
-cudaError_t attention_sm90_small_resident(int head_tiles, uint32_t layout, int sm_count,
-                                          int* resident) {
-  *resident = 0;
-  if (!small_persistent_applies(head_tiles, layout)) return cudaSuccess;
-  const size_t smem = attention_sm90_small_smem_bytes(head_tiles, layout, true);
-  return with_sm90_layout(layout, [&](auto l) {
+// The persistent CTAs the device holds at once of a configuration with a persistent form (staged
+// 16-head tiles of FP8 rows); 0 elsewhere.
+cudaError_t small_occupancy(const kernel_config& c, int sm_count, int* ctas_per_sm,
+                            int resident[2]) {
+  *ctas_per_sm = 1;
+  resident[0] = resident[1] = 0;
+  if (!c.staged || !small_persistent_applies(c.head_tiles, c.layout)) return cudaSuccess;
+  const size_t smem = smem_for(c.head_tiles, c.layout, true);
+  return with_sm90_layout(c.layout, [&](auto l) {
     constexpr uint32_t L = decltype(l)::value;
     return for_each_small_kernel<L>([&](auto kernel, int mt, bool staged, bool h8, bool pers) {
-      if (mt != head_tiles || !staged || h8 || !pers) return cudaSuccess;
+      if (mt != c.head_tiles || !staged || h8 || !pers) return cudaSuccess;
       int per_sm = 0;
       const cudaError_t err =
           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSmallThreads, smem);
-      *resident = per_sm * sm_count;
+      resident[0] = per_sm * sm_count;
       return err;
     });
   });
 }
 
-cudaError_t attention_sm90_small_launch(const attention_params& p, cudaStream_t stream) {
+// The kernel and, when num_splits > 1, the combine kernel.
+cudaError_t small_launch(const attention_params& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return cudaSuccess;
   if (p.head_tiles < 1 || p.head_tiles > 2) return cudaErrorInvalidValue;
   if (p.small_heads8 != 0 && (p.head_tiles != 1 || p.num_heads > 8)) return cudaErrorInvalidValue;
-  const size_t smem =
-      attention_sm90_small_smem_bytes(p.head_tiles, p.cache[0].layout, p.small_staged != 0);
+  const size_t smem = smem_for(p.head_tiles, p.cache[0].layout, p.small_staged != 0);
   const cudaLaunchConfig_t cfg = cta_grid_config(p, kSmallThreads, smem, stream);
   const cudaError_t err = with_sm90_layout(
       p.cache[0].layout, [&](auto l) { return launch_small<decltype(l)::value>(p, cfg); });
   if (err != cudaSuccess || p.num_splits == 1) return err;
   return combine_launch(p, stream);
 }
+
+}  // namespace
+
+const kernel_family kSmallKernels = {"sm90-mma",      small_serves,    small_compiled, small_smem,
+                                     small_configure, small_occupancy, small_launch};
 
 }  // namespace cuda
 }  // namespace dsv4
