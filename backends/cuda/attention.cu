@@ -484,7 +484,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
         float m_new = m_s[row];
 #pragma unroll
         for (int w = 0; w < GK; ++w) m_new = fmaxf(m_new, red_max_s[w * HT + row]);
-        m_use[half] = m_new == -INFINITY ? 0.0f : m_new;
+        m_use[half] = softmax_max_use(m_new);
       }
       float sum[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -492,8 +492,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
         const int key = key0 + n * 8 + 2 * tig;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const float e0 = exp2_ftz(sr[n][2 * half] - m_use[half]);
-          const float e1 = exp2_ftz(sr[n][2 * half + 1] - m_use[half]);
+          const float e0 = softmax_p(sr[n][2 * half], m_use[half]);
+          const float e1 = softmax_p(sr[n][2 * half + 1], m_use[half]);
           sum[half] += e0 + e1;
           *reinterpret_cast<__nv_bfloat162*>(p_s + (mt * 16 + g + 8 * half) * (CHUNK + kBf16Pad) +
                                              key) =
@@ -513,7 +513,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
 #pragma unroll
         for (int w = 0; w < GK; ++w) m_new = fmaxf(m_new, red_max_s[w * HT + tid]);
         m_next_s[tid] = m_new;
-        alpha_s[tid] = exp2_ftz(m_old - (m_new == -INFINITY ? 0.0f : m_new));
+        alpha_s[tid] = softmax_alpha(m_old, m_new);
       }
     } else {
       // Online softmax (base 2) over the summed S parts: TPR threads per head row, each KPT keys.
@@ -532,16 +532,17 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
 #pragma unroll
       for (int off = TPR / 2; off > 0; off /= 2)
         cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, off));
+      // The step's parts apart: alpha only where it is stored, once the exps are issued.
       const float m_old = m_s[row];
       const float m_new = fmaxf(m_old, cmax);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float m_use = softmax_max_use(m_new);
       const float vs = p.value_scale[li];
       float sum = 0.0f;
       __nv_bfloat16* prow = p_s + row * (CHUNK + kBf16Pad) + sub * KPT;
 #pragma unroll
       for (int j = 0; j < KPT; j += 2) {
-        const float e0 = exp2_ftz(sv[j] - m_use);
-        const float e1 = exp2_ftz(sv[j + 1] - m_use);
+        const float e0 = softmax_p(sv[j], m_use);
+        const float e1 = softmax_p(sv[j + 1], m_use);
         sum += e0 + e1;
         const __nv_bfloat162 pv = __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
         *reinterpret_cast<__nv_bfloat162*>(prow + j) = pv;
@@ -550,9 +551,9 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       for (int off = TPR / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
       __syncwarp();
       if (sub == 0) {
-        const float alpha = exp2_ftz(m_old - m_use);
+        const float alpha = softmax_alpha(m_old, m_new);
         alpha_s[row] = alpha;
-        l_s[row] = l_s[row] * alpha + sum;
+        l_s[row] = softmax_sum(l_s[row], alpha, sum);
         m_s[row] = m_new;
       }
     }
@@ -562,7 +563,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
         float sum = 0.0f;
 #pragma unroll
         for (int w = 0; w < GK; ++w) sum += red_sum_s[w * HT + tid];
-        l_s[tid] = l_s[tid] * alpha_s[tid] + sum;
+        l_s[tid] = softmax_sum(l_s[tid], alpha_s[tid], sum);
         m_s[tid] = m_next_s[tid];
       }
     }
@@ -718,7 +719,7 @@ __device__ __forceinline__ void combine_row_few(const attention_params& p, int64
   for (int s = 0; s < kCombineFastSplits; ++s) {
     if (s < S) m = fmaxf(m, stat[s].x);
   }
-  const float m_use = m == -INFINITY ? 0.0f : m;
+  const float m_use = softmax_max_use(m);
   float l = 0.0f;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -756,7 +757,7 @@ __device__ __forceinline__ void combine_row_many(const attention_params& p, int6
   float m = -INFINITY;
   for (int s = threadIdx.x; s < S; s += 128) m = fmaxf(m, ml[s * ml_step]);
   m = cta128_reduce<true>(m, red);
-  const float m_use = m == -INFINITY ? 0.0f : m;
+  const float m_use = softmax_max_use(m);
   auto weight_of = [&](int s) { return split_weight(ml[s * ml_step], ml[s * ml_step + 1], m_use); };
   float l = 0.0f;
   for (int s = threadIdx.x; s < S; s += 128) {

@@ -390,17 +390,15 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
       }
     }
     float a[2];
-    float neg_m[2];  // -(the max the exps use)
+    float m_use[2];  // the max the exps subtract
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float m = mx[h][0];
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const float m_new = fmaxf(m_run[h], m * scl);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      a[h] = exp2_ftz(m_run[h] - m_use);
-      neg_m[h] = -m_use;
-      m_run[h] = m_new;
+      const softmax_step step = online_softmax_step(m_run[h], m * scl);
+      a[h] = step.alpha;
+      m_use[h] = step.m_use;
     }
     if constexpr (kCopied) scale_o_rows(o, a[0], a[1]);
     uint32_t pk[16];  // P as bf16 pairs: pk[2j] row0, pk[2j+1] row0 + 8 (keys 8j + 2 tig)
@@ -409,15 +407,15 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float e0 = exp2_ftz(fmaf(s[4 * j + 2 * h], scl, neg_m[h]));
-        const float e1 = exp2_ftz(fmaf(s[4 * j + 2 * h + 1], scl, neg_m[h]));
+        const float e0 = softmax_p(s[4 * j + 2 * h], scl, m_use[h]);
+        const float e1 = softmax_p(s[4 * j + 2 * h + 1], scl, m_use[h]);
         sum[h] += e0 + e1;
         const __nv_bfloat162 v = __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
         pk[2 * j + h] = *reinterpret_cast<const uint32_t*>(&v);
       }
     }
-    l_run[0] = l_run[0] * a[0] + sum[0];
-    l_run[1] = l_run[1] * a[1] + sum[1];
+    l_run[0] = softmax_sum(l_run[0], a[0], sum[0]);
+    l_run[1] = softmax_sum(l_run[1], a[1], sum[1]);
     // P and alpha for WG1 (P is read through the async proxy: fence before the barrier).
     uint8_t* pbuf = st.smem + sm90_map::p + b * kPBytes;
 #pragma unroll

@@ -264,21 +264,19 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = 16 * mt + g + 8 * h;
-        const float m_chunk = over_warps(red_max, r, fmax_op);
-        const float m_new = fmaxf(m_run[mt][h], m_chunk);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[mt][h] = exp2_ftz(m_run[mt][h] - m_use);
-        m_run[mt][h] = m_new;
+        const softmax_step step =
+            online_softmax_step(m_run[mt][h], over_warps(red_max, r, fmax_op));
+        alpha[mt][h] = step.alpha;
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          const float e0 = exp2_ftz(s[mt][nt][2 * h] - m_use);
-          const float e1 = exp2_ftz(s[mt][nt][2 * h + 1] - m_use);
+          const float e0 = softmax_p(s[mt][nt][2 * h], step.m_use);
+          const float e1 = softmax_p(s[mt][nt][2 * h + 1], step.m_use);
           sum += e0 + e1;
           *reinterpret_cast<uint32_t*>(pbuf + r * kPStride + (16 * warp + 8 * nt + 2 * tig) * 2) =
               pack_bf16(e0 * vs, e1 * vs);
         }
-        l_run[mt][h] = l_run[mt][h] * alpha[mt][h] + sum;
+        l_run[mt][h] = softmax_sum(l_run[mt][h], alpha[mt][h], sum);
       }
     }
     named_sync(kBarP, 128);
@@ -485,14 +483,12 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int hd = 2 * tig + e;
-      const float m_chunk = over_warps(red_max, hd, fmax_op);
-      const float m_new = fmaxf(m_run[e], m_chunk * scl);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      alpha[e] = exp2_ftz(m_run[e] - m_use);
-      m_run[e] = m_new;
-      const float p0 = exp2_ftz(fmaf(s[e], scl, -m_use));
-      const float p1 = exp2_ftz(fmaf(s[2 + e], scl, -m_use));
-      l_run[e] = l_run[e] * alpha[e] + (p0 + p1);
+      const softmax_step step =
+          online_softmax_step(m_run[e], over_warps(red_max, hd, fmax_op) * scl);
+      alpha[e] = step.alpha;
+      const float p0 = softmax_p(s[e], scl, step.m_use);
+      const float p1 = softmax_p(s[2 + e], scl, step.m_use);
+      l_run[e] = softmax_sum(l_run[e], alpha[e], p0 + p1);
       __nv_bfloat16* prow = reinterpret_cast<__nv_bfloat16*>(pbuf + hd * kPStride);
       prow[key0] = __float2bfloat16_rn(p0 * vs);
       prow[key0 + 8] = __float2bfloat16_rn(p1 * vs);
@@ -704,13 +700,11 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
         const int hd = 8 * j + 2 * tig + e;
         const float4 mw = *reinterpret_cast<const float4*>(red_max + 4 * hd);  // the four warps'
         const float m_chunk = fmaxf(fmaxf(mw.x, mw.y), fmaxf(mw.z, mw.w));
-        const float m_new = fmaxf(m_run[j][e], m_chunk * scl);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[j][e] = exp2_ftz(m_run[j][e] - m_use);
-        m_run[j][e] = m_new;
-        pe[j][0][e] = exp2_ftz(fmaf(s[4 * j + e], scl, -m_use));
-        pe[j][1][e] = exp2_ftz(fmaf(s[4 * j + 2 + e], scl, -m_use));
-        l_run[j][e] = l_run[j][e] * alpha[j][e] + (pe[j][0][e] + pe[j][1][e]);
+        const softmax_step step = online_softmax_step(m_run[j][e], m_chunk * scl);
+        alpha[j][e] = step.alpha;
+        pe[j][0][e] = softmax_p(s[4 * j + e], scl, step.m_use);
+        pe[j][1][e] = softmax_p(s[4 * j + 2 + e], scl, step.m_use);
+        l_run[j][e] = softmax_sum(l_run[j][e], alpha[j][e], pe[j][0][e] + pe[j][1][e]);
       }
       // P^T[head][key] (bf16, RNE as f32_to_bf16), the 128B swizzle of a 64-key row: the thread's
       // values are mma fragments of 8x8 blocks (keys 16 warp + 8h.., heads 8j..), stored

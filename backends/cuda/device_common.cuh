@@ -187,6 +187,44 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// The online softmax (base 2), written once for every consumer. A row's state is its running max
+// (log2 domain, scaled logits; -inf before its first valid key) and its running sum (of the row,
+// or of this thread's keys where the parts are added at the end). Each chunk folds its max into
+// the state; what the row held (its sum and O) is rescaled by alpha, and the chunk's probabilities
+// are 2^(logit - m_use).
+
+// The max a row's exponentials subtract when its running max is m: m, or 0 while the row has no
+// valid key (every logit -inf: 2^(-inf - 0) = 0, where -inf - -inf would be NaN).
+__device__ __forceinline__ float softmax_max_use(float m) { return m == -INFINITY ? 0.0f : m; }
+// The factor of what a row held when its running max moves from m_old to m_new.
+__device__ __forceinline__ float softmax_alpha(float m_old, float m_new) {
+  return exp2_ftz(m_old - softmax_max_use(m_new));
+}
+struct softmax_step {
+  float alpha;  // the factor of the row's previous sum and O
+  float m_use;  // the max this chunk's exponentials subtract (softmax_max_use)
+};
+// Folds a chunk's max m_chunk (scaled logits) into the row's running max m_run.
+__device__ __forceinline__ softmax_step online_softmax_step(float& m_run, float m_chunk) {
+  const float m_new = fmaxf(m_run, m_chunk);
+  const float m_use = softmax_max_use(m_new);
+  const softmax_step st{exp2_ftz(m_run - m_use), m_use};
+  m_run = m_new;
+  return st;
+}
+// A probability: 2^(logit - m_use) of a scaled logit, or of an unscaled one times its scale.
+__device__ __forceinline__ float softmax_p(float logit, float m_use) {
+  return exp2_ftz(logit - m_use);
+}
+__device__ __forceinline__ float softmax_p(float raw, float scale, float m_use) {
+  return exp2_ftz(fmaf(raw, scale, -m_use));
+}
+// The row's running sum after a chunk whose probabilities add up to chunk_sum.
+__device__ __forceinline__ float softmax_sum(float l, float alpha, float chunk_sum) {
+  return l * alpha + chunk_sum;
+}
+
+// ------------------------------------------------------------------------------------------------
 // The candidate counts every attention kernel walks its chunks by.
 
 // The candidate count of list li (main 0, extra 1) of token t: its row count (index.h: width or CSR
