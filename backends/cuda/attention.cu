@@ -78,6 +78,7 @@ __device__ __forceinline__ uint4 dequant8(uint32_t layout, const uint8_t* stage,
   const uint8_t* p = stage + entry_data_offset(layout, row);
   switch (layout) {
     case DSV4_KV_LAYOUT_BF16:
+    case DSV4_KV_LAYOUT_FP16:  // fp16 bits, for the fp16 kernels' tensor cores
       return *reinterpret_cast<const uint4*>(p + 2 * d0);
     case DSV4_KV_LAYOUT_FP8_V4_584B: {
       if (d0 >= kNopeDim)
@@ -104,18 +105,22 @@ __device__ __forceinline__ uint4 dequant8(uint32_t layout, const uint8_t* stage,
 template <uint32_t L>
 struct stage_geometry {
   // 16-byte units of an entry's data part, and whether 8 scale bytes follow elsewhere (584 B).
-  static constexpr int data_units = (L == DSV4_KV_LAYOUT_FP8_V4_584B    ? kV4DataBytes
-                                     : L == DSV4_KV_LAYOUT_BF16         ? 2 * kHeadDim
-                                     : L == DSV4_KV_LAYOUT_FP8_V32_656B ? kV32TokenBytes
-                                                                        : kHeadDim) /
-                                    16;
+  static constexpr int data_units =
+      (L == DSV4_KV_LAYOUT_FP8_V4_584B                        ? kV4DataBytes
+       : L == DSV4_KV_LAYOUT_BF16 || L == DSV4_KV_LAYOUT_FP16 ? 2 * kHeadDim
+       : L == DSV4_KV_LAYOUT_FP8_V32_656B                     ? kV32TokenBytes
+                                                              : kHeadDim) /
+      16;
   static constexpr bool has_scales = L == DSV4_KV_LAYOUT_FP8_V4_584B;
 };
 
-// Calls f(std::integral_constant<uint32_t, layout>) for the layouts a DQK kernel serves.
-template <int DQK, class F>
+// Calls f(std::integral_constant<uint32_t, layout>) for the layouts a DQK kernel serves (F16: the
+// fp16 layout, which the plan's caches then both hold).
+template <int DQK, bool F16, class F>
 __device__ __forceinline__ void dispatch_layout(uint32_t layout, F&& f) {
-  if constexpr (DQK == kV32HeadDimQK) {
+  if constexpr (F16) {
+    f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP16>{});
+  } else if constexpr (DQK == kV32HeadDimQK) {
     f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_V32_656B>{});
   } else {
     switch (layout) {
@@ -191,8 +196,9 @@ __device__ __forceinline__ void dequant_chunk(const uint8_t* stage, __nv_bfloat1
 }
 
 // ------------------------------------------------------------------------------------------------
-// The attention kernel. HT = 16 * HEAD_TILES heads per CTA; DQK = 512 or 576 (V3.2 layout).
-template <int HEAD_TILES, int DQK, int CHUNK>
+// The attention kernel. HT = 16 * HEAD_TILES heads per CTA; DQK = 512 or 576 (V3.2 layout); F16:
+// caches of the fp16 layout, multiplied as fp16 (Q converted to fp16, P rounded to fp16).
+template <int HEAD_TILES, int DQK, int CHUNK, bool F16 = false>
 __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
     attention_kernel(const attention_params p) {
   constexpr int kWarps = attention_warps(HEAD_TILES, CHUNK);
@@ -249,7 +255,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   if (tid < 2) counts[tid] = list_count(p, t, tid);  // list_count: device_common.cuh
   // Q tile -> shared (bf16; e4m3 widened exactly), padding heads zero. Aligned bf16 rows go by
   // cp.async (completed with the first chunk's stage); otherwise one warp per head row.
-  if (p.q_aligned16) {
+  if (!F16 && p.q_aligned16) {
     const int units = dqk / 8;
     for (int u = tid; u < HT * units; u += kThreads) {
       const int r = u / units;
@@ -276,6 +282,9 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       if (p.q_is_fp8) {
         const uint8_t* src = static_cast<const uint8_t*>(p.q.data) + off;
         for (int d = lane; d < dqk; d += 32) dst[d] = f32_to_bf16(fp8_e4m3_to_f32(src[d]));
+      } else if constexpr (F16) {
+        const uint16_t* src = static_cast<const uint16_t*>(p.q.data) + off;
+        for (int d = lane; d < dqk; d += 32) dst[d] = f32_to_fp16(bf16_to_f32(src[d]));
       } else {
         const uint16_t* src = static_cast<const uint16_t*>(p.q.data) + off;
         for (int d = lane; d < dqk; d += 32) dst[d] = src[d];
@@ -325,7 +334,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   };
   // Copies the raw rows of chunk c (resolved under `parity`) into the stage.
   auto issue_stage = [&](int c, int parity) {
-    dispatch_layout<DQK>(p.cache[chunk_list(c)].layout, [&](auto tag) {
+    dispatch_layout<DQK, F16>(p.cache[chunk_list(c)].layout, [&](auto tag) {
       stage_rows<decltype(tag)::value, kWarps, CHUNK>(stage, row_src + parity * CHUNK,
                                                       row_scale + parity * CHUNK, p.aligned16 != 0,
                                                       warp, lane);
@@ -367,7 +376,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
     cp_async_wait_all();
     __syncthreads();  // stage complete; previous chunk's P / K reads finished
     // Dequantise the stage into K (invalid rows are zero so they add nothing, NaN never leaks).
-    dispatch_layout<DQK>(layout, [&](auto tag) {
+    dispatch_layout<DQK, F16>(layout, [&](auto tag) {
       dequant_chunk<decltype(tag)::value, DQK, qk_stride, kWarps, CHUNK>(
           stage, k_s, row_src + parity * CHUNK, warp, lane);
     });
@@ -408,14 +417,14 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
         if constexpr (NT == 1) {
           uint32_t b[2];
           ldmatrix_x2(b, kb + ks * 16);
-          mma_bf16(acc[0], a, b[0], b[1]);
+          mma_16816<F16>(acc[0], a, b[0], b[1]);
         } else {
 #pragma unroll
           for (int np = 0; np < NT / 2; ++np) {
             uint32_t b[4];
             ldmatrix_x4(b, kb + np * 16 * qk_stride + ks * 16);
-            mma_bf16(acc[2 * np], a, b[0], b[1]);
-            mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+            mma_16816<F16>(acc[2 * np], a, b[0], b[1]);
+            mma_16816<F16>(acc[2 * np + 1], a, b[2], b[3]);
           }
         }
       }
@@ -495,9 +504,13 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
           const float e0 = softmax_p(sr[n][2 * half], m_use[half]);
           const float e1 = softmax_p(sr[n][2 * half + 1], m_use[half]);
           sum[half] += e0 + e1;
-          *reinterpret_cast<__nv_bfloat162*>(p_s + (mt * 16 + g + 8 * half) * (CHUNK + kBf16Pad) +
-                                             key) =
-              __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
+          __nv_bfloat16* pp = p_s + (mt * 16 + g + 8 * half) * (CHUNK + kBf16Pad) + key;
+          if constexpr (F16) {
+            *reinterpret_cast<uint32_t*>(pp) = pack_f16(e0 * vs, e1 * vs);
+          } else {
+            *reinterpret_cast<__nv_bfloat162*>(pp) =
+                __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
+          }
         }
       }
 #pragma unroll
@@ -544,8 +557,12 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
         const float e0 = softmax_p(sv[j], m_use);
         const float e1 = softmax_p(sv[j + 1], m_use);
         sum += e0 + e1;
-        const __nv_bfloat162 pv = __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
-        *reinterpret_cast<__nv_bfloat162*>(prow + j) = pv;
+        if constexpr (F16) {
+          *reinterpret_cast<uint32_t*>(prow + j) = pack_f16(e0 * vs, e1 * vs);
+        } else {
+          const __nv_bfloat162 pv = __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE
+          *reinterpret_cast<__nv_bfloat162*>(prow + j) = pv;
+        }
       }
 #pragma unroll
       for (int off = TPR / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
@@ -597,8 +614,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
           ldmatrix_x4_trans(b, vb + ks * 16 * qk_stride + np * 16);
 #pragma unroll
           for (int j = 0; j < PT; ++j) {
-            mma_bf16(o[j][2 * np], a[j], b[0], b[1]);
-            mma_bf16(o[j][2 * np + 1], a[j], b[2], b[3]);
+            mma_16816<F16>(o[j][2 * np], a[j], b[0], b[1]);
+            mma_16816<F16>(o[j][2 * np + 1], a[j], b[2], b[3]);
           }
         }
       }
@@ -811,7 +828,10 @@ template <int HEAD_TILES, int CHUNK>
 cudaError_t launch_tiles(const attention_params& p, size_t smem, cudaStream_t stream) {
   const int64_t ctas = item_count(p);
   constexpr int threads = attention_warps(HEAD_TILES, CHUNK) * 32;
-  if (p.head_dim_qk == kV32HeadDimQK) {
+  if (p.cache[0].layout == DSV4_KV_LAYOUT_FP16) {
+    attention_kernel<HEAD_TILES, kHeadDim, CHUNK, true>
+        <<<static_cast<unsigned>(ctas), threads, smem, stream>>>(p);
+  } else if (p.head_dim_qk == kV32HeadDimQK) {
     attention_kernel<HEAD_TILES, kV32HeadDimQK, CHUNK>
         <<<static_cast<unsigned>(ctas), threads, smem, stream>>>(p);
   } else {
@@ -825,6 +845,9 @@ template <int HEAD_TILES, int CHUNK>
 cudaError_t configure_tiles(int bytes) {
   cudaError_t err = cudaFuncSetAttribute(attention_kernel<HEAD_TILES, kHeadDim, CHUNK>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(attention_kernel<HEAD_TILES, kHeadDim, CHUNK, true>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
   return cudaFuncSetAttribute(attention_kernel<HEAD_TILES, kV32HeadDimQK, CHUNK>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
@@ -835,11 +858,14 @@ size_t attention_smem_bytes(int head_tiles, int head_dim_qk, size_t stage_bytes,
 }
 
 template <int HEAD_TILES, int CHUNK>
-int resident_ctas(int dqk, size_t smem) {
+int resident_ctas(const kernel_config& c, size_t smem) {
   int n = 0;
   const int threads = attention_warps(HEAD_TILES, CHUNK) * 32;
   const cudaError_t err =
-      dqk == kV32HeadDimQK
+      c.layout == DSV4_KV_LAYOUT_FP16
+          ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &n, attention_kernel<HEAD_TILES, kHeadDim, CHUNK, true>, threads, smem)
+      : c.head_dim_qk == kV32HeadDimQK
           ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                 &n, attention_kernel<HEAD_TILES, kV32HeadDimQK, CHUNK>, threads, smem)
           : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -847,15 +873,15 @@ int resident_ctas(int dqk, size_t smem) {
   return err == cudaSuccess && n > 0 ? n : 1;
 }
 
-int attention_ctas_per_sm(int head_tiles, int chunk, int head_dim_qk, size_t smem_bytes) {
-  if (chunk == kSmallChunkKeys) return resident_ctas<1, kSmallChunkKeys>(head_dim_qk, smem_bytes);
-  switch (head_tiles) {
+int attention_ctas_per_sm(const kernel_config& c, size_t smem_bytes) {
+  if (c.chunk == kSmallChunkKeys) return resident_ctas<1, kSmallChunkKeys>(c, smem_bytes);
+  switch (c.head_tiles) {
     case 1:
-      return resident_ctas<1, kChunkKeys>(head_dim_qk, smem_bytes);
+      return resident_ctas<1, kChunkKeys>(c, smem_bytes);
     case 2:
-      return resident_ctas<2, kChunkKeys>(head_dim_qk, smem_bytes);
+      return resident_ctas<2, kChunkKeys>(c, smem_bytes);
     default:
-      return resident_ctas<4, kChunkKeys>(head_dim_qk, smem_bytes);
+      return resident_ctas<4, kChunkKeys>(c, smem_bytes);
   }
 }
 
@@ -885,7 +911,7 @@ cudaError_t mma_configure(const kernel_config& c) {
   }
 }
 cudaError_t mma_occupancy(const kernel_config& c, int sm_count, int* ctas_per_sm, int resident[2]) {
-  *ctas_per_sm = attention_ctas_per_sm(c.head_tiles, c.chunk, c.head_dim_qk, mma_smem_bytes(c));
+  *ctas_per_sm = attention_ctas_per_sm(c, mma_smem_bytes(c));
   resident[0] = resident[1] = 0;  // no persistent form
   return cudaSuccess;
 }

@@ -308,7 +308,8 @@ __device__ __forceinline__ void scale_o_rows(float* o, float a0, float a1) {
 // The CTA's k-th work item (st0: the CTA's state): i0 chunks ran before it (buffer / barrier
 // phases continue from there). Returns the CTA's chunk count after it. (WG0 has no registers to
 // spare: WG1 prepares the next item's Q and sinks.)
-template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied, bool kValueScale, bool kOverlap>
+template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied, bool kValueScale, bool kOverlap,
+          bool kF16>
 __device__ __forceinline__ int consumer0_item(const attention_params& p, const cta_state& st0,
                                               int tid, int i0, int k) {
   const cta_state st = item_state<kPersistent>(p, st0, k);
@@ -341,7 +342,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
       const uint32_t off = (ks / 4) * kColBytes + (ks % 4) * 32;
-      wgmma_m64n64_ss(s, desc_at(q_desc, off), desc_at(k_desc, off), ks > 0 ? 1 : 0);
+      wgmma_m64n64_ss<kF16>(s, desc_at(q_desc, off), desc_at(k_desc, off), ks > 0 ? 1 : 0);
     }
     wgmma_commit();
   };
@@ -410,8 +411,12 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
         const float e0 = softmax_p(s[4 * j + 2 * h], scl, m_use[h]);
         const float e1 = softmax_p(s[4 * j + 2 * h + 1], scl, m_use[h]);
         sum[h] += e0 + e1;
-        const __nv_bfloat162 v = __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
-        pk[2 * j + h] = *reinterpret_cast<const uint32_t*>(&v);
+        if constexpr (kF16) {
+          pk[2 * j + h] = pack_f16(e0 * vs, e1 * vs);
+        } else {
+          const __nv_bfloat162 v = __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE
+          pk[2 * j + h] = *reinterpret_cast<const uint32_t*>(&v);
+        }
       }
     }
     l_run[0] = softmax_sum(l_run[0], a[0], sum[0]);
@@ -438,7 +443,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      wgmma_m64n256_rs_tb(o, pk + 4 * kk, desc_at(v_desc, kk * 16 * kAtomBytes), 1);
+      wgmma_m64n256_rs_tb<kF16>(o, pk + 4 * kk, desc_at(v_desc, kk * 16 * kAtomBytes), 1);
     }
     wgmma_commit();
   };
@@ -548,7 +553,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
 // prefetches its Q into L2 at the start and loads it into the Q tile once WG0's last S of this item
 // is done (WG0 has published the last chunk's P; the epilogue leaves the Q tile alone), and 64
 // threads store its sinks.
-template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied>
+template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied, bool kF16>
 __device__ __forceinline__ int consumer1_item(const attention_params& p, const cta_state& st0,
                                               int tid, int i0, int k, const CUtensorMap* q_map) {
   const cta_state st = item_state<kPersistent>(p, st0, k);
@@ -587,7 +592,8 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      wgmma_m64n256_ss_tb(o, desc_at(p_desc, kk * 32), desc_at(v_desc, kk * 16 * kAtomBytes), 1);
+      wgmma_m64n256_ss_tb<kF16>(o, desc_at(p_desc, kk * 32), desc_at(v_desc, kk * 16 * kAtomBytes),
+                                1);
     }
     wgmma_commit();
     wgmma_wait0();
@@ -616,16 +622,16 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
 // (bf16 decode 15-19 %, prefill 16-21 %, CONFIG2 b=64 15 %): WG1's P·V already covers WG0's gap
 // before S, and the early S likely queues ahead of that P·V and delays the buffer's release.
 template <uint32_t L, bool kPersistent, bool kSplit>
-constexpr bool kOverlapS = kSplit && !kPersistent && L != DSV4_KV_LAYOUT_BF16;
+constexpr bool kOverlapS = kSplit && !kPersistent && !layout_copied(L);
 // Register budgets of WG0, WG1 and the producer (setmaxnreg).
 // The bf16 producer only issues cp.async: its registers go to WG0 (H200, with consumer0_item's
 // softmax: prefill 64 heads 738 -> 646 us against 192 / 160 / 152, where WG0 spilled).
 template <uint32_t L, bool kPersistent, bool kSplit>
-constexpr int kRegs[3] = {L == DSV4_KV_LAYOUT_BF16            ? 240
+constexpr int kRegs[3] = {layout_copied(L)                    ? 240
                           : kOverlapS<L, kPersistent, kSplit> ? 208
                                                               : 192,
                           160,
-                          L == DSV4_KV_LAYOUT_BF16            ? 104
+                          layout_copied(L)                    ? 104
                           : kOverlapS<L, kPersistent, kSplit> ? 136
                                                               : 152};
 
@@ -633,7 +639,7 @@ constexpr int kRegs[3] = {L == DSV4_KV_LAYOUT_BF16            ? 240
 // copied by cp.async, two chunks at once from the start). H200: CONFIG2 / CONFIG4 b=2 0.1-0.2 us
 // faster; prefetching the first chunk's rows as well gained nothing more.
 template <uint32_t L, bool kPersistent, bool kSplit>
-constexpr bool kPrefetchRows = kSplit && !kPersistent && L != DSV4_KV_LAYOUT_BF16;
+constexpr bool kPrefetchRows = kSplit && !kPersistent && !layout_copied(L);
 
 // L: the layout of both caches (one layout per kernel: a loop that dispatches between layouts
 // keeps every layout's addressing live at once and spills).
@@ -665,7 +671,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int c_end = split_end(p, st);
   // The producer rows of its first two jobs (see producer_copy / producer_convert).
-  const bool pairs = CLUSTER > 1 && !row_format<L>::kBf16;
+  const bool pairs = CLUSTER > 1 && !layout_copied(L);
   const int r0 = 8 * ((tid % 128) / 32) + (tid & 7);
   const int row_pair = static_cast<int>(rank) * 32 + r0;
   const int rows[2] = {pairs ? row_pair : r0, pairs ? row_pair : 32 + r0};
@@ -704,8 +710,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int k = tid % 64;
       const int64_t q0 = token_offset(p.q, t, p.seq_q, st.head0);
       for (int r = tid / 64; r < kRows; r += 4) {
-        load_q_unit(p, st.smem + sm90_map::q + sw128(r, k), q0 + r * p.q.stride_h + 8 * k,
-                    st.head0 + r >= p.num_heads);
+        load_q_unit<row_format<L>::kF16>(p, st.smem + sm90_map::q + sw128(r, k),
+                                         q0 + r * p.q.stride_h + 8 * k,
+                                         st.head0 + r >= p.num_heads);
       }
       cp_async_commit();
       if (tid == 0) trace::header(trace::kQIssued);
@@ -749,14 +756,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     for_each_item<kPersistent>(p, st, [&](int k, int i0) {
       constexpr bool kValueScale = L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
       constexpr bool kOverlap = kOverlapS<L, kPersistent, kSplit>;
-      return consumer0_item<kSplit, CLUSTER, kPersistent, row_format<L>::kBf16, kValueScale,
-                            kOverlap>(p, st, tid, i0, k);
+      return consumer0_item<kSplit, CLUSTER, kPersistent, row_format<L>::kCopied, kValueScale,
+                            kOverlap, row_format<L>::kF16>(p, st, tid, i0, k);
     });
   } else if (wg == 1) {
     set_max_registers_dec<kRegs<L, kPersistent, kSplit>[1]>();
     for_each_item<kPersistent>(p, st, [&](int k, int i0) {
-      return consumer1_item<kSplit, CLUSTER, kPersistent, row_format<L>::kBf16>(p, st, tid, i0, k,
-                                                                                &q_map);
+      return consumer1_item<kSplit, CLUSTER, kPersistent, row_format<L>::kCopied,
+                            row_format<L>::kF16>(p, st, tid, i0, k, &q_map);
     });
   } else {
     set_max_registers_dec<kRegs<L, kPersistent, kSplit>[2]>();
@@ -766,7 +773,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Later items: their first jobs' list entries, loaded while the counts are in flight.
       if (k > 0) first = speculate_first(p, s.t, s.c_begin, w.c_end, rows, pairs);
       const first_jobs& f = first;
-      if constexpr (row_format<L>::kBf16) {
+      if constexpr (row_format<L>::kCopied) {
         return i0 +
                producer_copy<L, sm90_map, false>(p, s, w, f, 0, (tid % 128) / 32, tid % 32, i0);
       } else {
@@ -779,10 +786,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif                                        // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-// CTA pairs share the dequantised chunks of FP8 caches; bf16 rows need no conversion, so each CTA
-// of a 128-head token copies its own (cp.async) and no cluster is formed.
+// CTA pairs share the dequantised chunks of FP8 caches; 16-bit rows need no conversion, so each
+// CTA of a 128-head token copies its own (cp.async) and no cluster is formed.
 template <uint32_t L>
-constexpr bool kPairs = L != DSV4_KV_LAYOUT_BF16;
+constexpr bool kPairs = !layout_copied(L);
+// Persistent CTAs load each next Q by tensor map, which copies bf16 q as it is: fp16 kernels,
+// whose Q is converted on its way into shared memory, have no persistent form.
+template <uint32_t L>
+constexpr bool kPersistentForm = L != DSV4_KV_LAYOUT_FP16;
 
 // Sets the shared-memory limit of layout L's kernels of cluster size CLUSTER (one item per CTA or
 // persistent, each with both epilogues).
@@ -790,10 +801,14 @@ template <uint32_t L, int CLUSTER>
 cudaError_t configure_kernels(int bytes) {
   const void* kernels[4] = {
       reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, false, false>),
-      reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, false, true>),
-      reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, true, false>),
-      reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, true, true>)};
+      reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, false, true>), nullptr,
+      nullptr};
+  if constexpr (kPersistentForm<L>) {
+    kernels[2] = reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, true, false>);
+    kernels[3] = reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, true, true>);
+  }
   for (const void* k : kernels) {
+    if (k == nullptr) continue;
     const cudaError_t err =
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (err != cudaSuccess) return err;
@@ -806,10 +821,14 @@ cudaError_t launch_kernel(const attention_params& p, const CUtensorMap& q_map, i
                           bool persistent, const cudaLaunchConfig_t* cfg) {
   const bool split = p.num_splits > 1;
   if (persistent) {
-    return split ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, true, true>, p, q_map,
-                                      q_tma)
-                 : cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, true, false>, p, q_map,
-                                      q_tma);
+    if constexpr (kPersistentForm<L>) {
+      return split ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, true, true>, p,
+                                        q_map, q_tma)
+                   : cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, true, false>, p,
+                                        q_map, q_tma);
+    } else {
+      return cudaErrorInvalidValue;
+    }
   }
   return split ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, false, true>, p, q_map,
                                     q_tma)
@@ -873,7 +892,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // `strides` receives the byte strides of dims 1..3 (a dimension of size 1 is never stepped along:
 // it gets a stride the encoder accepts).
 bool q_map_strides(const attention_params& p, cuuint64_t dims[4], cuuint64_t strides[3]) {
-  if (p.q_is_fp8 || !p.q_aligned16 || p.head_dim_qk != kHeadDim || p.num_tokens % p.seq_q != 0)
+  if (p.q_is_fp8 || !p.q_aligned16 || p.head_dim_qk != kHeadDim || p.num_tokens % p.seq_q != 0 ||
+      p.cache[0].layout == DSV4_KV_LAYOUT_FP16)  // fp16 kernels convert q as they load it
     return false;
   dims[0] = static_cast<cuuint64_t>(kHeadDim);
   dims[1] = static_cast<cuuint64_t>(p.num_heads);

@@ -145,8 +145,9 @@ __device__ __forceinline__ void store_staged_rows(const attention_params& p, con
   if (tid == 0) trace::header(trace::kEpiStaged);
 }
 
-// WG0 of a 16-head tile (mma.sync). kValueScale: P times the per-tensor FP8 value scale.
-template <bool kValueScale>
+// WG0 of a 16-head tile (mma.sync). kValueScale: P times the per-tensor FP8 value scale. kF16: fp16
+// rows, Q and P (the fp16 layout).
+template <bool kValueScale, bool kF16>
 __device__ __forceinline__ int small_consumer_mma(const attention_params& p, const cta_state& st,
                                                   const chunk_walk& walk, int tid, int i0) {
   constexpr int MT = 1;  // 16-row m-tiles (heads 16 mt + r)
@@ -212,8 +213,8 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
       for (int mt = 0; mt < MT; ++mt) {
         uint32_t a[4];
         ldmatrix_x4(a, q_lane + mt * 16 * kStageStride + ks * 32);
-        mma_bf16(sc[ks % kChains][mt][0], a, kf[0], kf[1]);
-        mma_bf16(sc[ks % kChains][mt][1], a, kf[2], kf[3]);
+        mma_16816<kF16>(sc[ks % kChains][mt][0], a, kf[0], kf[1]);
+        mma_16816<kF16>(sc[ks % kChains][mt][1], a, kf[2], kf[3]);
       }
     }
     float(&s)[MT][2][4] = sc[0];
@@ -274,7 +275,7 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
           const float e1 = softmax_p(s[mt][nt][2 * h + 1], step.m_use);
           sum += e0 + e1;
           *reinterpret_cast<uint32_t*>(pbuf + r * kPStride + (16 * warp + 8 * nt + 2 * tig) * 2) =
-              pack_bf16(e0 * vs, e1 * vs);
+              pack_p<kF16>(e0 * vs, e1 * vs);
         }
         l_run[mt][h] = softmax_sum(l_run[mt][h], alpha[mt][h], sum);
       }
@@ -303,8 +304,8 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
         ldmatrix_x4_trans(vf, kbuf + (np / 4) * kColBytes + kk * 16 * kAtomBytes + v_lane[np % 4]);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma_bf16(o[mt][2 * np], a[mt], vf[0], vf[1]);
-          mma_bf16(o[mt][2 * np + 1], a[mt], vf[2], vf[3]);
+          mma_16816<kF16>(o[mt][2 * np], a[mt], vf[0], vf[1]);
+          mma_16816<kF16>(o[mt][2 * np + 1], a[mt], vf[2], vf[3]);
         }
       }
     }
@@ -385,7 +386,7 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
 // 32-head wgmma consumer. kValueScale: P times the per-tensor FP8 value scale.
 // q_rows: the byte offset of its Q rows in the Q tile; after_q: called once every thread holds
 // Q^T (persistent CTAs load the next item's Q into the tile then).
-template <bool kValueScale, class AfterQ>
+template <bool kValueScale, bool kF16, class AfterQ>
 __device__ __forceinline__ int small_consumer_h8(const attention_params& p, const cta_state& st,
                                                  const chunk_walk& walk, int tid, int i0,
                                                  uint32_t q_rows, AfterQ&& after_q) {
@@ -451,7 +452,7 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
       uint32_t a[4];
       ldmatrix_x4(a, kbuf + (ks / 4) * kColBytes + k_lane[ks % 4]);
-      mma_bf16(sc[ks % kChains], a, qf[ks][0], qf[ks][1]);
+      mma_16816<kF16>(sc[ks % kChains], a, qf[ks][0], qf[ks][1]);
     }
     float s[4];
 #pragma unroll
@@ -489,9 +490,15 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
       const float p0 = softmax_p(s[e], scl, step.m_use);
       const float p1 = softmax_p(s[2 + e], scl, step.m_use);
       l_run[e] = softmax_sum(l_run[e], alpha[e], p0 + p1);
-      __nv_bfloat16* prow = reinterpret_cast<__nv_bfloat16*>(pbuf + hd * kPStride);
-      prow[key0] = __float2bfloat16_rn(p0 * vs);
-      prow[key0 + 8] = __float2bfloat16_rn(p1 * vs);
+      if constexpr (kF16) {
+        uint16_t* prow = reinterpret_cast<uint16_t*>(pbuf + hd * kPStride);
+        prow[key0] = p_bits<true>(p0 * vs);
+        prow[key0 + 8] = p_bits<true>(p1 * vs);
+      } else {
+        __nv_bfloat16* prow = reinterpret_cast<__nv_bfloat16*>(pbuf + hd * kPStride);
+        prow[key0] = __float2bfloat16_rn(p0 * vs);
+        prow[key0 + 8] = __float2bfloat16_rn(p1 * vs);
+      }
     }
     named_sync(kBarP, 128);
     if (tid == 0) trace::chunk(i, trace::kWg0P);
@@ -515,7 +522,7 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
           uint32_t va[4];
           ldmatrix_x4_trans(va,
                             kbuf + (mt / 4) * kColBytes + kk * 16 * kAtomBytes + v_lane[mt % 4]);
-          mma_bf16(o[mt], va, pf[2 * h], pf[2 * h + 1]);
+          mma_16816<kF16>(o[mt], va, pf[2 * h], pf[2 * h + 1]);
         }
       }
     }
@@ -620,7 +627,7 @@ __device__ __forceinline__ float reduce_scatter_heads(float (&v)[8], int g, Op o
 // Accumulator layout (m64nNH): d[4j + 2h + e] is row 16 warp + g + 8h (a key of S^T, a dim of an
 // O^T block) and column 8j + 2 tig + e (a head): every array below indexed [j][e] is this thread's
 // heads, the same in S^T and O^T.
-template <bool kValueScale>
+template <bool kValueScale, bool kF16>
 __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, const cta_state& st,
                                                     const chunk_walk& walk, int tid, int i0) {
   constexpr int NH = kMaxRows;
@@ -662,9 +669,9 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      wgmma_m64n32_ss(s, desc_at(k_desc, (ks / 4) * kColBytes + (ks % 4) * 32),
-                      desc_at(q_desc, (ks / 4) * (NH * kAtomBytes) + (ks % 4) * 32),
-                      ks > 0 ? 1 : 0);
+      wgmma_m64n32_ss<kF16>(s, desc_at(k_desc, (ks / 4) * kColBytes + (ks % 4) * 32),
+                            desc_at(q_desc, (ks / 4) * (NH * kAtomBytes) + (ks % 4) * 32),
+                            ks > 0 ? 1 : 0);
     }
     wgmma_commit();
     const uint32_t* valid =
@@ -714,7 +721,7 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
       uint32_t frag[4];
 #pragma unroll
       for (int m = 0; m < 4; ++m)
-        frag[m] = pack_bf16(pe[2 * x + m / 2][m % 2][0] * vs, pe[2 * x + m / 2][m % 2][1] * vs);
+        frag[m] = pack_p<kF16>(pe[2 * x + m / 2][m % 2][0] * vs, pe[2 * x + m / 2][m % 2][1] * vs);
       // Lane 8m + c addresses row c of block m = 2 (j - 2x) + h: head hd, keys 16 warp + 8h...
       const int hd = 8 * (2 * x + lane / 16) + lane % 8;
       const int unit = 2 * warp + (lane / 8) % 2;
@@ -740,8 +747,8 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
     for (int kk = 0; kk < kKeys / 16; ++kk)
 #pragma unroll
       for (int mb = 0; mb < 8; ++mb)
-        wgmma_m64n32_ss_ta(o[mb], desc_at(v_desc, mb * kColBytes + kk * 16 * kAtomBytes),
-                           desc_at(p_desc, kk * 32), 1);
+        wgmma_m64n32_ss_ta<kF16>(o[mb], desc_at(v_desc, mb * kColBytes + kk * 16 * kAtomBytes),
+                                 desc_at(p_desc, kk * 32), 1);
     wgmma_commit();
     wgmma_wait0();
 #pragma unroll
@@ -878,7 +885,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1)
     const int row = 32 * half + 8 * ((tid % 128) / 32) + (tid & 7);
     const int rows[2] = {row, row};
     // FP8: slot 1 is the next chunk's row (half chunks); bf16 copies one row per chunk.
-    first = speculate_first(p, t, st.c_begin, c_end, rows, !row_format<L>::kBf16);
+    first = speculate_first(p, t, st.c_begin, c_end, rows, !row_format<L>::kCopied);
   }
   if (tid < 2) store_list_count(p, t, tid, counts);
   if (tid == 32) {
@@ -913,8 +920,9 @@ __global__ void __launch_bounds__(kSmallThreads, 1)
       for (int r = tid / 64; r < rows; r += 2) {
         const uint32_t off =
             MT == 1 ? (row0 + r) * kStageStride + 16 * unit : q_tile_offset(r, unit);
-        load_q_unit(p, st.smem + small_map::q + off, q0 + r * p.q.stride_h + 8 * unit,
-                    s.head0 + r >= p.num_heads);
+        load_q_unit<row_format<L>::kF16>(p, st.smem + small_map::q + off,
+                                         q0 + r * p.q.stride_h + 8 * unit,
+                                         s.head0 + r >= p.num_heads);
       }
       cp_async_commit();
     };
@@ -929,6 +937,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1)
     load_q(st);
     if (tid == 0) trace::header(trace::kQReady);
     constexpr bool kValueScale = L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+    constexpr bool kF16 = row_format<L>::kF16;
     // 8-head persistent CTAs hold Q^T in registers: item k + 1's Q goes into rows 8..15 of the Q
     // tile (padding rows of an 8-head tile) as soon as every thread holds item k's, and lands while
     // item k runs; the epilogue stages rows 0..7. (Loaded at the item change, the next Q and sinks
@@ -942,14 +951,14 @@ __global__ void __launch_bounds__(kSmallThreads, 1)
     };
     auto consume = [&](const cta_state& s, const chunk_walk& w, int k, int i0) {
       if constexpr (kNextQ) {
-        return small_consumer_h8<kValueScale>(p, s, w, tid, i0, k == 0 ? 0u : kNextQRows,
-                                              [&] { load_next_q(k + 1); });
+        return small_consumer_h8<kValueScale, kF16>(p, s, w, tid, i0, k == 0 ? 0u : kNextQRows,
+                                                    [&] { load_next_q(k + 1); });
       } else if constexpr (kH8) {
-        return small_consumer_h8<kValueScale>(p, s, w, tid, i0, 0u, [] {});
+        return small_consumer_h8<kValueScale, kF16>(p, s, w, tid, i0, 0u, [] {});
       } else if constexpr (MT == 1) {
-        return small_consumer_mma<kValueScale>(p, s, w, tid, i0);
+        return small_consumer_mma<kValueScale, kF16>(p, s, w, tid, i0);
       } else {
-        return small_consumer_wgmma<kValueScale>(p, s, w, tid, i0);
+        return small_consumer_wgmma<kValueScale, kF16>(p, s, w, tid, i0);
       }
     };
     // Persistent CTAs of 16 heads (Q read every chunk): item k's Q rows into the L2 (one 128-byte
@@ -994,7 +1003,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1)
     }
   } else {
     set_max_registers_dec<small_regs<MT>::kProducer>();
-    if constexpr (row_format<L>::kBf16) {
+    if constexpr (row_format<L>::kCopied) {
       producer_copy<L, small_map, true>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
     } else if constexpr (kStaged) {
       producer_stage<L, small_stage_map<MT>, kPersistent>(p, st, walk, first, half,

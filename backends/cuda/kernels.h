@@ -174,10 +174,16 @@ inline size_t attention_stage_bytes(uint32_t main_layout, uint32_t extra_layout,
   return (bytes + 15) / 16 * 16;
 }
 
+// Whether rows of `layout` are 16-bit values the kernels copy as they are (bf16; fp16, multiplied
+// as fp16), not FP8 bytes they convert to bf16.
+constexpr DSV4_HD bool layout_copied(uint32_t layout) {
+  return layout == DSV4_KV_LAYOUT_BF16 || layout == DSV4_KV_LAYOUT_FP16;
+}
+
 // The Hopper kernels' one 512-dim layout for both caches.
 inline bool sm90_layouts(uint32_t main_layout, uint32_t extra_layout) {
   const bool known = main_layout == DSV4_KV_LAYOUT_FP8_V4_584B ||
-                     main_layout == DSV4_KV_LAYOUT_BF16 ||
+                     main_layout == DSV4_KV_LAYOUT_BF16 || main_layout == DSV4_KV_LAYOUT_FP16 ||
                      main_layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
   return known && (extra_layout == DSV4_KV_LAYOUT_NONE || extra_layout == main_layout);
 }
@@ -195,7 +201,7 @@ bool q_map_applies(const attention_params& p);
 // `layout`: 16-head tiles of the FP8 layouts, 32-head tiles of the 584 B layout (their stage holds
 // the FP8 bytes; attention_params::small_staged asks for them).
 constexpr DSV4_HD bool small_staged_applies(int head_tiles, uint32_t layout) {
-  return (head_tiles == 1 && layout != DSV4_KV_LAYOUT_BF16) ||
+  return (head_tiles == 1 && layout != DSV4_KV_LAYOUT_BF16 && layout != DSV4_KV_LAYOUT_FP16) ||
          (head_tiles == 2 && layout == DSV4_KV_LAYOUT_FP8_V4_584B);
 }
 // Whether it has a persistent form for `head_tiles` tiles of `layout`: 16-head tiles of staged FP8

@@ -147,12 +147,20 @@ size_t partial_bytes_ml(size_t rows, int heads) {
 dsv4_status check_plan(plan* p) {
   const dsv4_mod_plan& o = p->mod;
   for (const dsv4_mod_cache_plan& c : o.cache) {
-    if (c.layout == DSV4_KV_LAYOUT_FP16)
-      return fail(DSV4_STATUS_UNSUPPORTED, "plan: the FP16 cache layout has no CUDA kernel yet");
     if ((c.flags & DSV4_KV_CACHE_FLAG_FP8_FNUZ) != 0)
       return fail(DSV4_STATUS_UNSUPPORTED,
-                  "plan: FP8 FNUZ caches (ROCm gfx942) have no CUDA kernel");
+                  "plan: FP8 FNUZ caches (ROCm gfx942's flavour) have no CUDA kernel; the HIP "
+                  "module serves them");
   }
+  // fp16 caches run on fp16 tensor-core inputs (q converted to fp16), every other layout on bf16:
+  // one kernel multiplies one element type.
+  const bool fp16[2] = {o.cache[0].layout == DSV4_KV_LAYOUT_FP16,
+                        o.cache[1].layout == DSV4_KV_LAYOUT_FP16};
+  if (o.cache[1].layout != DSV4_KV_LAYOUT_NONE && fp16[0] != fp16[1])
+    return fail(DSV4_STATUS_UNSUPPORTED,
+                "plan: an FP16 cache with a cache of another layout (swa_cache layout %u, "
+                "extra_cache layout %u); the CUDA kernels take fp16 caches only in pairs",
+                o.cache[0].layout, o.cache[1].layout);
   if ((o.flags & DSV4_PLAN_FLAG_BATCH_INVARIANT) != 0)
     return fail(DSV4_STATUS_UNSUPPORTED,
                 "plan: DSV4_PLAN_FLAG_BATCH_INVARIANT is not implemented by the CUDA module yet");
@@ -219,9 +227,9 @@ dsv4_status size_plan(plan* p) {
   // The caller's workspace need not be aligned: keep room to align its start to kAlign.
   if (p->workspace_bytes > 0) p->workspace_bytes += kAlign;
   const tiling& named = rp.sm90.head_tiles != 0 ? rp.sm90 : rp.wide;
-  std::snprintf(p->kernel, sizeof p->kernel, "cuda-%s-bf16-h%d-k%d/%s", tiling_kernel(named),
-                tiling_heads(named), p->chunk_keys,
-                o.mode == DSV4_MODE_PAGED ? "paged" : "explicit");
+  std::snprintf(p->kernel, sizeof p->kernel, "cuda-%s-%s-h%d-k%d/%s", tiling_kernel(named),
+                o.cache[0].layout == DSV4_KV_LAYOUT_FP16 ? "f16" : "bf16", tiling_heads(named),
+                p->chunk_keys, o.mode == DSV4_MODE_PAGED ? "paged" : "explicit");
   return DSV4_STATUS_OK;
 }
 

@@ -140,13 +140,15 @@ tiling wgmma_tiles(int num_heads, uint32_t layout) {
   t.config.head_tiles = t.head_tiles;
   t.config.layout = layout;
   t.sm90 = true;
-  t.pairs_ok = layout != DSV4_KV_LAYOUT_BF16;
+  // 16-bit rows (bf16, fp16) are copied, not converted: nothing for a pair to share, and cheaper.
+  const bool copied = layout_copied(layout);
+  t.pairs_ok = !copied;
   // Per-chunk time relative to the mma.sync 64-head tile (CONFIG1 b=64: FP8 69.5 vs 88.3 us, bf16
   // 49.5 vs 81.1 us; pairs count as two CTAs, as the mma.sync kernel's two head groups do). CTA
   // pairs
   // (> 64 heads) share each FP8 chunk's conversion: CONFIG2 b=32 (128 pairs' CTAs of 18 chunks, one
   // wave) takes 69.1 us, 0.62 a chunk (round 42).
-  t.chunk_cost = layout == DSV4_KV_LAYOUT_BF16 ? 0.6 : num_heads > kSm90Heads ? 0.62 : 0.78;
+  t.chunk_cost = copied ? 0.6 : num_heads > kSm90Heads ? 0.62 : 0.78;
   t.cta_cost = 1.5;
   return t;
 }
@@ -154,7 +156,7 @@ tiling wgmma_tiles(int num_heads, uint32_t layout) {
 int small_tile_rows(int num_heads) { return num_heads <= kMmaRows ? kMmaRows : 2 * kMmaRows; }
 
 tiling small_tiles(int tile_rows, int num_heads, uint32_t layout, bool narrow_of_wider) {
-  const bool bf16 = layout == DSV4_KV_LAYOUT_BF16;
+  const bool bf16 = layout_copied(layout);  // bf16 or fp16 rows, copied
   tiling t;
   t.head_tiles = tile_rows / kMmaRows;
   t.head_groups = groups(num_heads, tile_rows);

@@ -300,6 +300,11 @@ TEST(CudaPlanner, WgmmaPairsAndPersistentCtas) {
   r = choose_run(b, f);
   EXPECT_TRUE(r.tl.sm90);
   EXPECT_EQ(r.cluster, 1);
+  // fp16 rows likewise.
+  run_planner h = make_planner(128, 18, DSV4_KV_LAYOUT_FP16, true);
+  h.sm90.resident[0] = h.sm90.resident[1] = 132;
+  EXPECT_FALSE(h.sm90.pairs_ok);
+  EXPECT_EQ(choose_run(h, f).cluster, 1);
   // 64 heads: one head group, no pairs.
   run_planner h64 = make_planner(64, 10, kFp8, true);
   h64.sm90.resident[0] = h64.sm90.resident[1] = 132;
@@ -395,6 +400,15 @@ TEST(CudaPlanner, PlanTilings) {
   k.small_stage = false;
   ASSERT_TRUE(plan_tilings(hopper_facts(8, kFp8), k, &p, &chunk, chunks, error, sizeof error));
   EXPECT_TRUE(p.sm90.sm90_small && !p.sm90.small_heads8 && !p.sm90.config.staged);
+  // fp16 rows are copied like bf16 rows: never staged, no pairs.
+  ASSERT_TRUE(plan_tilings(hopper_facts(8, DSV4_KV_LAYOUT_FP16), none, &p, &chunk, chunks, error,
+                           sizeof error));
+  EXPECT_TRUE(p.sm90.sm90_small && !p.sm90.config.staged);
+  ASSERT_TRUE(plan_tilings(hopper_facts(128, DSV4_KV_LAYOUT_FP16), none, &p, &chunk, chunks, error,
+                           sizeof error));
+  EXPECT_TRUE(p.sm90.sm90 && !p.sm90.pairs_ok);
+  EXPECT_FALSE(p.sm90_narrow[0].config.staged);
+  EXPECT_TRUE(p.sm90_narrow[1].forced_only);
   // kernel=mma and chunk=32: no Hopper tiling.
   k = force_knobs{};
   k.kernel = kForceMma;
