@@ -161,9 +161,6 @@ dsv4_status check_plan(plan* p) {
                 "plan: an FP16 cache with a cache of another layout (swa_cache layout %u, "
                 "extra_cache layout %u); the CUDA kernels take fp16 caches only in pairs",
                 o.cache[0].layout, o.cache[1].layout);
-  if ((o.flags & DSV4_PLAN_FLAG_BATCH_INVARIANT) != 0)
-    return fail(DSV4_STATUS_UNSUPPORTED,
-                "plan: DSV4_PLAN_FLAG_BATCH_INVARIANT is not implemented by the CUDA module yet");
   if (o.list_width[1] > (1 << 24))
     return fail(DSV4_STATUS_UNSUPPORTED, "plan: compressed width %d", o.list_width[1]);
   p->width[0] = o.list_width[0];

@@ -57,12 +57,20 @@ split_plan choose_splits(const run_planner& p, const tiling& tl, int64_t tokens)
 
 tiling choose_tiling(const run_planner& p, int64_t tokens, bool sm90_ok, split_plan* splits) {
   const tiling& wide = sm90_ok && p.sm90.head_tiles != 0 ? p.sm90 : p.wide;
-  if (sm90_ok && p.force_sm90_narrow > 0) {
-    const tiling& forced = p.sm90_narrow[p.force_sm90_narrow - 1];
-    if (forced.head_tiles != 0) {
-      *splits = choose_splits(p, forced, tokens);
-      return forced;
-    }
+  const tiling* forced = nullptr;
+  if (sm90_ok && p.force_sm90_narrow > 0 && p.sm90_narrow[p.force_sm90_narrow - 1].head_tiles != 0)
+    forced = &p.sm90_narrow[p.force_sm90_narrow - 1];
+  if (p.batch_invariant) {
+    // The plan's tiling for its head count (or the one kernel= forces), one key split: a token's
+    // sums then run over its chunks in one order, in one CTA shape, whatever else the run holds.
+    // Splits of a fixed size would cost their partials and combine at every batch size; one split
+    // costs nothing where runs fill the device and gives up the split runs' speed on few tokens.
+    *splits = split_plan{1, std::max(1, p.total_chunks), 0.0, true};
+    return forced != nullptr ? *forced : wide;
+  }
+  if (forced != nullptr) {
+    *splits = choose_splits(p, *forced, tokens);
+    return *forced;
   }
   const tiling* pick = &wide;
   *splits = choose_splits(p, wide, tokens);
