@@ -27,7 +27,7 @@
 //       meets over the warp's lanes and then the four warps in shared memory; P^T (bf16,
 //       [head][key], 128B-swizzled) goes to shared memory by stmatrix.trans (2 stores, not 16).
 //       With mma.sync, 32 heads would load Q, K and V fragments by ldmatrix for two m-tiles every
-//       chunk; 16 heads keep mma.sync, whose producers set their pace (docs/tried.md, S1).
+//       chunk; 16-head tiles keep mma.sync, as wgmma was slower there (docs/tried.md, S1).
 // Persistent CTAs (16-head tiles; runs of one split with at least three waves of uniform work
 // items, FP8 rows staged): one CTA per SM runs items blockIdx.x, + gridDim.x, ... in turn. The
 // producers' chunk stream crosses from item to item (chunk_stream), so the next item's first rows
