@@ -17,9 +17,10 @@ from . import _lib
 from ._constants import (API_VERSION, DTypeCode, DeviceType, ExportFormat, IndexFormat,
                          KvLayout, LogLevel, Mode, PlanFlag, Status)
 from ._lib import Dsv4Error, load_library
-from ._tensor import (DType, Tensor, as_device, as_dtype, as_tensor, bfloat16, float8_e4m3fn,
-                      float16, float32, float64, int8, int16, int32, int64, uint8, uint16,
-                      uint32, uint64)
+from . import _device
+from ._tensor import (DType, Tensor, as_device, as_dtype, as_tensor, bfloat16, device_name,
+                      float8_e4m3fn, float16, float32, float64, int8, int16, int32, int64, uint8,
+                      uint16, uint32, uint64)
 
 __all__ = [
     "API_VERSION", "BackendInfo", "Context", "ContextInfo", "DType", "DTypeCode", "DeviceInfo",
@@ -220,33 +221,101 @@ class Context(_Closable):
 
 
 # --------------------------------------------- plan ---------------------------------------------
-class _Call:
-    """Builds the tensor pointers of one call and keeps every Tensor alive until it returns."""
+_GPU_DEVICES = (DeviceType.CUDA, DeviceType.ROCM, DeviceType.CUDA_MANAGED)
 
-    def __init__(self):
+
+class _Call:
+    """The tensors of one call, borrowed on the call's device and stream and kept alive until it
+    returns. The stream is the one given, else the producer's current stream (the first torch /
+    CuPy tensor's framework, a __cuda_array_interface__ v3 `stream`), else the default stream;
+    device producers are ordered before it (DLPack stream protocol, events for torch tensors under
+    another stream and for __cuda_array_interface__ streams). No host synchronisation."""
+
+    def __init__(self, device, stream, values):
+        self.device = device
         self.keep = []
+        self.framework = None
+        for value in values:
+            self.framework = _device.framework_of(value)
+            if self.framework:
+                break
+        gpu = device[0] in _GPU_DEVICES
+        if stream is not None:
+            self.stream = _device.stream_handle(stream)
+            if gpu and any(_device.framework_of(v) == "torch" for v in values):
+                _device.torch_order_before(device[1], self.stream)
+        elif gpu and self.framework:
+            self.stream = _device.current_stream(self.framework, device[1])
+        else:
+            self.stream = self._interface_stream(values) if gpu else 0
+
+    @staticmethod
+    def _interface_stream(values):
+        for value in values:
+            interface = getattr(value, "__cuda_array_interface__", None)
+            if interface is not None and interface.get("version", 0) >= 3 and \
+                    interface.get("stream"):
+                return int(interface["stream"])
+        return 0
+
+    @property
+    def stream_pointer(self):
+        return ctypes.c_void_p(self.stream or None)
+
+    def tensor(self, name, value):
+        if hasattr(value, "__dlpack_device__") and not isinstance(value, Tensor) and \
+                _device.framework_of(value) != "torch":
+            # Checked before the export, which would order the producer before our stream.
+            self._check_device(name, as_device(tuple(value.__dlpack_device__())))
+        try:
+            tensor = as_tensor(value, stream=self.stream)
+        except (TypeError, ValueError) as error:
+            raise type(error)("%s: %s" % (name, error)) from None
+        self._check_device(name, tensor.device)
+        if tensor.stream is not None and (tensor.stream or 1) != (self.stream or 1):
+            # (0 and 1 both name the legacy default stream.)
+            _device.cuda_stream_wait(self.device[1], self.stream, tensor.stream)
+        self.keep.append(tensor)
+        return tensor
 
     def pointer(self, name, value, writable=False):
-        tensor = as_tensor(value)
+        tensor = self.tensor(name, value)
         if writable and tensor.readonly:
             raise ValueError("%s: the buffer is read-only but libdsv4 writes it" % name)
-        self.keep.append(tensor)
         return ctypes.pointer(tensor.c)
+
+    def _check_device(self, name, device):
+        if tuple(device) != tuple(self.device):
+            raise ValueError("%s: the tensor is on %s but the context's device is %s" %
+                             (name, device_name(device), device_name(self.device)))
 
 
 _RUN_OUTPUTS = ("out", "lse", "max_logits")
+_templates = {}
+
+
+def _new_args(cls, init_function):
+    """A fresh args struct as its _init function sets it (copied from a cached first init)."""
+    template = _templates.get(cls)
+    if template is None:
+        template = _templates[cls] = _lib.init_struct(cls, init_function)
+    return cls.from_buffer_copy(template)
+
+
+def _tensor_values(tensors, names):
+    values = []
+    for name, value in tensors.items():
+        if name not in names:
+            raise TypeError("unknown tensor argument %r" % name)
+        if value is not None:
+            values.append(value)
+    return values
 
 
 def _fill_run_args(call, args, tensors):
     for name, value in tensors.items():
-        if name not in _lib.RUN_TENSORS:
-            raise TypeError("unknown tensor argument %r" % name)
         if value is not None:
             setattr(args, name, call.pointer(name, value, name in _RUN_OUTPUTS))
-
-
-def _stream(stream):
-    return None if stream is None else ctypes.c_void_p(int(stream))
 
 
 def _destroy_plan(handle):
@@ -273,10 +342,16 @@ class Plan(_Closable):
             else:
                 setattr(c_options, key, value)
         self.ctx = ctx
+        self.device = ctx.device
         self._handle = ctypes.c_void_p()  # shared with ctx._plan_handles; nulled when destroyed
         lib.dsv4_plan_create(ctx.handle, ctypes.byref(c_options), ctypes.byref(self._handle))
         ctx._plan_handles[id(self._handle)] = self._handle
-        self._workspace = threading.local()
+        size = ctypes.c_size_t(0)
+        lib.dsv4_plan_get_workspace_size(self._handle, ctypes.byref(size))
+        self._workspace_size = size.value  # the plan is immutable
+        self._host_workspaces = threading.local()
+        self._device_workspaces = {}  # stream handle -> framework tensor
+        self._lock = threading.Lock()
 
     @property
     def handle(self):
@@ -286,9 +361,8 @@ class Plan(_Closable):
 
     @property
     def workspace_size(self):
-        size = ctypes.c_size_t(0)
-        _lib.lib().dsv4_plan_get_workspace_size(self.handle, ctypes.byref(size))
-        return size.value
+        self.handle  # raises once closed
+        return self._workspace_size
 
     @property
     def info(self):
@@ -299,55 +373,85 @@ class Plan(_Closable):
 
     def _host_workspace(self):
         # One per thread: concurrent runs of a plan need distinct workspaces.
-        size = self.workspace_size
-        buffer = getattr(self._workspace, "buffer", None)
-        if buffer is None or len(buffer) < size:
-            buffer = self._workspace.buffer = ctypes.create_string_buffer(max(size, 1))
+        size = self._workspace_size
+        buffer = getattr(self._host_workspaces, "buffer", None)
+        if buffer is None:
+            buffer = self._host_workspaces.buffer = ctypes.create_string_buffer(max(size, 1))
         return ctypes.cast(buffer, ctypes.c_void_p), size
+
+    def workspace(self, stream=None, framework="torch"):
+        """The workspace this plan uses on `stream` when run without workspace=: allocated once
+        per (plan, stream) through `framework` ("torch" or "cupy") on the plan's device, on first
+        use. Call it before a CUDA graph capture so that the capture allocates nothing."""
+        if self.device[0] == DeviceType.CPU:
+            return None
+        key = _device.stream_handle(stream)
+        with self._lock:
+            found = self._device_workspaces.get(key)
+            if found is None:
+                found = _device.allocate_bytes(framework, self.device, self._workspace_size)
+                self._device_workspaces[key] = found
+        return found
+
+    def set_workspace(self, workspace, stream=None):
+        """Makes runs on `stream` that pass no workspace= use `workspace` (a tensor on the plan's
+        GPU of at least workspace_size bytes, kept alive by the plan) instead of one the plan
+        allocates. CPU plans use a host buffer per thread."""
+        if self.device[0] == DeviceType.CPU:
+            raise ValueError("workspace: CPU plans use a host buffer per thread")
+        tensor = _Call(self.device, stream, [workspace]).tensor("workspace", workspace)
+        if tensor.nbytes < self._workspace_size:
+            raise ValueError("workspace: %d bytes but the plan needs %d" %
+                             (tensor.nbytes, self._workspace_size))
+        with self._lock:
+            self._device_workspaces[_device.stream_handle(stream)] = workspace
 
     def run(self, workspace=None, workspace_bytes=None, stream=None, **tensors):
         """One dsv4_run. Tensor keywords are dsv4_run_args field names (q, swa_cache, out,
-        indices, ...). workspace: None (a host buffer owned by the plan; CPU contexts only), a
-        pointer with workspace_bytes, or a Tensor / buffer on the plan's device."""
-        lib = _lib.lib()
-        args = _lib.init_struct(_lib.CRunArgs, lib.dsv4_run_args_init)
-        call = _Call()
+        indices, ...): Tensors, torch tensors, DLPack producers, __cuda_array_interface__ or
+        buffer objects on the plan's device. stream: a stream handle or object (None: the
+        producer's current stream, see _Call). workspace: None (the plan's own: a host buffer per
+        thread on CPU, one torch / CuPy tensor per stream on a GPU), a pointer with
+        workspace_bytes, or a tensor on the plan's device."""
+        args = _new_args(_lib.CRunArgs, _lib.lib().dsv4_run_args_init)
+        call = _Call(self.device, stream, _tensor_values(tensors, _lib.RUN_TENSORS))
         _fill_run_args(call, args, tensors)
         if workspace is None:
-            if self.ctx.device[0] != DeviceType.CPU and self.workspace_size:
-                raise ValueError("pass workspace= on the plan's device (%d bytes)" %
-                                 self.workspace_size)
-            args.workspace, args.workspace_bytes = self._host_workspace()
+            if self.device[0] == DeviceType.CPU:
+                args.workspace, args.workspace_bytes = self._host_workspace()
+            elif self._workspace_size:
+                space = self.workspace(call.stream, call.framework)
+                args.workspace = call.tensor("workspace", space).pointer
+                args.workspace_bytes = self._workspace_size
         elif isinstance(workspace, int):
             args.workspace = workspace
             args.workspace_bytes = workspace_bytes if workspace_bytes is not None else \
-                self.workspace_size
+                self._workspace_size
         else:
-            tensor = as_tensor(workspace)
-            call.keep.append(tensor)
-            args.workspace = tensor.data + tensor.c.byte_offset
+            tensor = call.tensor("workspace", workspace)
+            args.workspace = tensor.pointer
             args.workspace_bytes = tensor.nbytes if workspace_bytes is None else workspace_bytes
-        args.stream = _stream(stream)
-        lib.dsv4_run(self.handle, ctypes.byref(args))
+        args.stream = call.stream_pointer
+        _lib.lib().dsv4_run(self.handle, ctypes.byref(args))
 
     def close(self):
         _destroy_plan(self._handle)
         self.ctx._plan_handles.pop(id(self._handle), None)
-
+        self._device_workspaces.clear()
 
 
 # ----------------------------------- KV writer, export, layouts ---------------------------------
 def kv_write(ctx, cache_desc, values, slots, cache, stream=None):
     """dsv4_kv_write: quantises rows `values` [N, d] (bf16/fp32) into `cache` at `slots` [N]
-    int32 (negative = skip). cache_desc: KvCacheDesc or dict."""
+    int32 (negative = skip). cache_desc: KvCacheDesc or dict. stream: as in Plan.run."""
     lib = _lib.lib()
-    args = _lib.init_struct(_lib.CKvWriteArgs, lib.dsv4_kv_write_args_init)
+    args = _new_args(_lib.CKvWriteArgs, lib.dsv4_kv_write_args_init)
     _fill_cache_desc(args.cache_desc, cache_desc, "cache_desc")
-    call = _Call()
+    call = _Call(ctx.device, stream, [values, slots, cache])
     args.values = call.pointer("values", values)
     args.slots = call.pointer("slots", slots)
     args.cache = call.pointer("cache", cache, writable=True)
-    args.stream = _stream(stream)
+    args.stream = call.stream_pointer
     lib.dsv4_kv_write(ctx.handle, ctypes.byref(args))
 
 
@@ -355,19 +459,21 @@ def export_indices(plan, format=ExportFormat.FLASHMLA, stream=None, **tensors):
     """dsv4_export_indices: the lists a paged run of `plan` would build. Batch keywords are
     dsv4_run_args names (query_start_loc, seq_lens, swa_block_table, cmp_block_table,
     slot_mapping, topk_indices, swa_cache, extra_cache); outputs are dsv4_export_args names
-    (swa_indices, swa_lengths, cmp_indices, ...)."""
+    (swa_indices, swa_lengths, cmp_indices, ...). stream: as in Plan.run."""
     lib = _lib.lib()
-    batch = _lib.init_struct(_lib.CRunArgs, lib.dsv4_run_args_init)
-    args = _lib.init_struct(_lib.CExportArgs, lib.dsv4_export_args_init)
-    call = _Call()
+    batch = _new_args(_lib.CRunArgs, lib.dsv4_run_args_init)
+    args = _new_args(_lib.CExportArgs, lib.dsv4_export_args_init)
     outputs = {k: v for k, v in tensors.items() if k in _lib.EXPORT_TENSORS}
-    _fill_run_args(call, batch, {k: v for k, v in tensors.items() if k not in outputs})
+    inputs = {k: v for k, v in tensors.items() if k not in outputs}
+    call = _Call(plan.device, stream, _tensor_values(inputs, _lib.RUN_TENSORS) +
+                 [v for v in outputs.values() if v is not None])
+    _fill_run_args(call, batch, inputs)
     for name, value in outputs.items():
         if value is not None:
             setattr(args, name, call.pointer(name, value, writable=True))
     args.format = format
     args.batch = ctypes.pointer(batch)
-    args.stream = _stream(stream)
+    args.stream = call.stream_pointer
     lib.dsv4_export_indices(plan.handle, ctypes.byref(args))
 
 
