@@ -11,7 +11,9 @@ __array_interface__, CPU DLPack producers). Every failing call raises Dsv4Error.
 """
 import ctypes
 import dataclasses
+import itertools
 import threading
+import weakref
 
 from . import _lib
 from ._constants import (API_VERSION, DTypeCode, DeviceType, ExportFormat, IndexFormat,
@@ -28,8 +30,8 @@ __all__ = [
     "KvLayoutInfo", "LogLevel", "Mode", "Plan", "PlanFlag", "PlanInfo", "Status", "Tensor",
     "as_device", "as_dtype", "as_tensor", "bfloat16", "enumerate_backends", "export_indices",
     "float16", "float32", "float64", "float8_e4m3fn", "int8", "int16", "int32", "int64",
-    "kv_layout_info", "kv_write", "load_library", "device_info", "status_string", "uint8",
-    "uint16", "uint32", "uint64", "version", "version_number",
+    "kv_layout_info", "kv_write", "load_library", "device_info", "plan_by_id", "status_string",
+    "uint8", "uint16", "uint32", "uint64", "version", "version_number",
 ]
 
 
@@ -324,9 +326,22 @@ def _destroy_plan(handle):
         handle.value = None
 
 
+_plan_ids = itertools.count(1)
+_live_plans = weakref.WeakValueDictionary()
+
+
+def plan_by_id(plan_id):
+    """The live Plan whose `id` this is (framework ops carry plans as integers)."""
+    found = _live_plans.get(plan_id)
+    if found is None:
+        raise ValueError("plan: no live dsv4 plan has id %d" % plan_id)
+    return found
+
+
 class Plan(_Closable):
     """An immutable dsv4_plan. Keyword options are dsv4_plan_options field names; swa_cache and
-    extra_cache take a KvCacheDesc or a dict of its fields; q_dtype any dtype spec."""
+    extra_cache take a KvCacheDesc or a dict of its fields; q_dtype any dtype spec. `id` is an
+    integer naming the plan for plan_by_id (unique in the process)."""
 
     def __init__(self, ctx, **options):
         lib = _lib.lib()
@@ -346,6 +361,8 @@ class Plan(_Closable):
         self._handle = ctypes.c_void_p()  # shared with ctx._plan_handles; nulled when destroyed
         lib.dsv4_plan_create(ctx.handle, ctypes.byref(c_options), ctypes.byref(self._handle))
         ctx._plan_handles[id(self._handle)] = self._handle
+        self.id = next(_plan_ids)
+        _live_plans[self.id] = self
         size = ctypes.c_size_t(0)
         lib.dsv4_plan_get_workspace_size(self._handle, ctypes.byref(size))
         self._workspace_size = size.value  # the plan is immutable

@@ -12,24 +12,21 @@ given, and uses the plan's workspace for that stream (allocated once, as a torch
 `plan.workspace(stream)` before a CUDA graph capture so that the capture allocates nothing). The
 calls enqueue work and never synchronise, so they can be captured in torch.cuda.graph.
 
-On torch >= 2.4 the calls go through the custom op `torch.ops.dsv4.run` (torch.library.custom_op,
-with a fake kernel), so torch.compile traces them; older torch (Debian's 1.13) calls the same
-implementation directly (HAS_CUSTOM_OP is False).
+On torch >= 2.4 the calls go through the custom ops `torch.ops.dsv4.run` / `run_max_logits`
+(torch.library, with fake kernels), so torch.compile traces them; older torch (Debian's 1.13)
+calls the same implementation directly (HAS_CUSTOM_OP is False).
 """
 import contextlib
-import itertools
 import threading
-import weakref
-from typing import Optional
 
 import torch
 
-from . import Context, Plan, _lib
+from . import Context, Plan, plan_by_id
 
 __all__ = ["HAS_CUSTOM_OP", "attention", "context", "paged_attention", "plan", "run"]
 
 HEAD_DIM_V = 512
-HAS_CUSTOM_OP = hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_fake")
+HAS_CUSTOM_OP = hasattr(torch.library, "register_fake")  # torch >= 2.4
 
 # ------------------------------------ contexts and plans ----------------------------------------
 _contexts = {}
@@ -55,100 +52,54 @@ def plan(device="cuda", backend=None, **options):
     return Plan(context(device, backend), **options)
 
 
-# Plans reachable from the custom op by an integer id (ops take no Python objects).
-_plans = weakref.WeakValueDictionary()
-_plan_ids = itertools.count(1)
-
-
-def _plan_id(p):
-    plan_id = getattr(p, "_torch_op_id", None)
-    if plan_id is None:
-        plan_id = p._torch_op_id = next(_plan_ids)
-        _plans[plan_id] = p
-    return plan_id
-
-
 # ------------------------------------------- the op ---------------------------------------------
 # The op's tensors after q, in dsv4_run_args order. The op takes no workspace: the plan's own for
 # the stream is scratch memory (Plan.workspace / Plan.set_workspace), invisible to torch.
 _INPUTS = ("swa_cache", "extra_cache", "attn_sink", "indices", "indptr", "lengths",
            "extra_indices", "extra_indptr", "extra_lengths", "query_start_loc", "seq_lens",
            "swa_block_table", "cmp_block_table", "slot_mapping", "topk_indices")
+_OUTPUTS = ("out", "lse", "max_logits")
 
 
-def _run_tensors(plan_id, tensors):
-    target = _plans.get(plan_id)
-    if target is None:
-        raise ValueError("plan: no live dsv4 plan has id %d" % plan_id)
-    target.run(**tensors)
-
-
-# Two ops, so that no mutated argument is optional (torch.library handles those poorly): run
-# writes out and lse, run_max_logits also max_logits.
-def _run(plan_id: int, q: torch.Tensor, swa_cache: Optional[torch.Tensor],
-         extra_cache: Optional[torch.Tensor], attn_sink: Optional[torch.Tensor],
-         indices: Optional[torch.Tensor], indptr: Optional[torch.Tensor],
-         lengths: Optional[torch.Tensor], extra_indices: Optional[torch.Tensor],
-         extra_indptr: Optional[torch.Tensor], extra_lengths: Optional[torch.Tensor],
-         query_start_loc: Optional[torch.Tensor], seq_lens: Optional[torch.Tensor],
-         swa_block_table: Optional[torch.Tensor], cmp_block_table: Optional[torch.Tensor],
-         slot_mapping: Optional[torch.Tensor], topk_indices: Optional[torch.Tensor],
-         out: torch.Tensor, lse: torch.Tensor) -> None:
-    tensors = dict(zip(_INPUTS, (swa_cache, extra_cache, attn_sink, indices, indptr, lengths,
-                                 extra_indices, extra_indptr, extra_lengths, query_start_loc,
-                                 seq_lens, swa_block_table, cmp_block_table, slot_mapping,
-                                 topk_indices)))
-    _run_tensors(plan_id, dict(tensors, q=q, out=out, lse=lse))
-
-
-def _run_max_logits(plan_id: int, q: torch.Tensor, swa_cache: Optional[torch.Tensor],
-                    extra_cache: Optional[torch.Tensor], attn_sink: Optional[torch.Tensor],
-                    indices: Optional[torch.Tensor], indptr: Optional[torch.Tensor],
-                    lengths: Optional[torch.Tensor], extra_indices: Optional[torch.Tensor],
-                    extra_indptr: Optional[torch.Tensor], extra_lengths: Optional[torch.Tensor],
-                    query_start_loc: Optional[torch.Tensor], seq_lens: Optional[torch.Tensor],
-                    swa_block_table: Optional[torch.Tensor],
-                    cmp_block_table: Optional[torch.Tensor], slot_mapping: Optional[torch.Tensor],
-                    topk_indices: Optional[torch.Tensor], out: torch.Tensor, lse: torch.Tensor,
-                    max_logits: torch.Tensor) -> None:
-    tensors = dict(zip(_INPUTS, (swa_cache, extra_cache, attn_sink, indices, indptr, lengths,
-                                 extra_indices, extra_indptr, extra_lengths, query_start_loc,
-                                 seq_lens, swa_block_table, cmp_block_table, slot_mapping,
-                                 topk_indices)))
-    _run_tensors(plan_id, dict(tensors, q=q, out=out, lse=lse, max_logits=max_logits))
+def _run(plan_id, q, *tensors):
+    """The ops' kernel (every device): tensors = _INPUTS, then out, lse[, max_logits]."""
+    plan_by_id(plan_id).run(q=q, **dict(zip(_INPUTS + _OUTPUTS, tensors)))
 
 
 def _no_output(*args, **kwargs):
     return None
 
 
+def _schema(name, outputs):
+    """Two ops, so that no mutated argument is optional: run writes out and lse, run_max_logits
+    also max_logits."""
+    written = ["Tensor(%s!) %s" % (alias, output) for alias, output in zip("abc", outputs)]
+    return "%s(int plan, Tensor q, %s, %s) -> ()" % (
+        name, ", ".join("Tensor? " + n for n in _INPUTS), ", ".join(written))
+
+
+# Registered with torch.library.Library (define + one kernel for every device + a fake kernel for
+# torch.compile) rather than torch.library.custom_op, whose autograd wrapper costs host time.
 if HAS_CUSTOM_OP:
-    _run_op = torch.library.custom_op("dsv4::run", mutates_args=("out", "lse"))(_run)
-    _run_op.register_fake(_no_output)
-    _run_max_logits_op = torch.library.custom_op(
-        "dsv4::run_max_logits", mutates_args=("out", "lse", "max_logits"))(_run_max_logits)
-    _run_max_logits_op.register_fake(_no_output)
+    _library = torch.library.Library("dsv4", "FRAGMENT")
+    for _name, _outputs in (("run", _OUTPUTS[:2]), ("run_max_logits", _OUTPUTS)):
+        _library.define(_schema(_name, _outputs))
+        _library.impl(_name, _run, "CompositeExplicitAutograd")
+        torch.library.register_fake("dsv4::" + _name, _no_output, lib=_library)
+    _run_op, _run_max_logits_op = torch.ops.dsv4.run, torch.ops.dsv4.run_max_logits
 else:
-    _run_op, _run_max_logits_op = _run, _run_max_logits
+    _run_op = _run_max_logits_op = _run
 
 
 # ----------------------------------------- functions --------------------------------------------
 def _stream_context(stream, device):
-    """Makes `stream` torch's current stream for the call (None: torch's current stream)."""
-    if stream is None or device.type != "cuda":
+    """Makes `stream` torch's current stream for the call."""
+    if device.type != "cuda":
         return contextlib.nullcontext()
     if not isinstance(stream, torch.cuda.Stream):
         from ._device import stream_handle
         stream = torch.cuda.ExternalStream(stream_handle(stream), device=device)
     return torch.cuda.stream(stream)
-
-
-def _outputs(q, out, lse):
-    if out is None:
-        out = torch.empty(q.shape[:-1] + (HEAD_DIM_V,), dtype=torch.bfloat16, device=q.device)
-    if lse is None:
-        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
-    return out, lse
 
 
 def run(plan, q, out=None, lse=None, max_logits=None, stream=None, **tensors):
@@ -158,13 +109,22 @@ def run(plan, q, out=None, lse=None, max_logits=None, stream=None, **tensors):
         if name not in _INPUTS:
             raise TypeError("unknown tensor argument %r" % name)
     inputs = [tensors.get(name) for name in _INPUTS]
+    if stream is None:
+        return _call(plan, q, inputs, out, lse, max_logits)
     with _stream_context(stream, q.device):
         # Allocated on the stream that then writes them (torch's caching allocator is per stream).
-        out, lse = _outputs(q, out, lse)
-        if max_logits is None:
-            _run_op(_plan_id(plan), q, *inputs, out, lse)
-        else:
-            _run_max_logits_op(_plan_id(plan), q, *inputs, out, lse, max_logits)
+        return _call(plan, q, inputs, out, lse, max_logits)
+
+
+def _call(plan, q, inputs, out, lse, max_logits):
+    if out is None:
+        out = torch.empty(q.shape[:-1] + (HEAD_DIM_V,), dtype=torch.bfloat16, device=q.device)
+    if lse is None:
+        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    if max_logits is None:
+        _run_op(plan.id, q, *inputs, out, lse)
+    else:
+        _run_max_logits_op(plan.id, q, *inputs, out, lse, max_logits)
     return out, lse
 
 
