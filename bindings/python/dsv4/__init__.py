@@ -12,6 +12,7 @@ __array_interface__, CPU DLPack producers). Every failing call raises Dsv4Error.
 import ctypes
 import dataclasses
 import itertools
+import sys
 import threading
 import weakref
 
@@ -19,7 +20,7 @@ from . import _lib
 from ._constants import (API_VERSION, DTypeCode, DeviceType, ExportFormat, IndexFormat,
                          KvLayout, LogLevel, Mode, PlanFlag, Status)
 from ._lib import Dsv4Error, load_library
-from . import _device
+from . import _device, _tensor
 from ._tensor import (DType, Tensor, as_device, as_dtype, as_tensor, bfloat16, device_name,
                       float8_e4m3fn, float16, float32, float64, int8, int16, int32, int64, uint8,
                       uint16, uint32, uint64)
@@ -226,6 +227,9 @@ class Context(_Closable):
 _GPU_DEVICES = (DeviceType.CUDA, DeviceType.ROCM, DeviceType.CUDA_MANAGED)
 
 
+_torch_tensor_type = None  # torch.Tensor once torch is imported (see _Call)
+
+
 class _Call:
     """The tensors of one call, borrowed on the call's device and stream and kept alive until it
     returns. The stream is the one given, else the producer's current stream (the first torch /
@@ -233,23 +237,27 @@ class _Call:
     device producers are ordered before it (DLPack stream protocol, events for torch tensors under
     another stream and for __cuda_array_interface__ streams). No host synchronisation."""
 
-    def __init__(self, device, stream, values):
+    def __init__(self, device, stream, tensors):
+        """tensors: name -> value (None values are skipped)."""
+        global _torch_tensor_type
         self.device = device
         self.keep = []
         self.framework = None
-        for value in values:
-            self.framework = _device.framework_of(value)
-            if self.framework:
+        for value in tensors.values():
+            if value is not None:
+                self.framework = _device.framework_of(value)
                 break
+        if self.framework == "torch" and _torch_tensor_type is None:
+            _torch_tensor_type = sys.modules["torch"].Tensor
         gpu = device[0] in _GPU_DEVICES
         if stream is not None:
             self.stream = _device.stream_handle(stream)
-            if gpu and any(_device.framework_of(v) == "torch" for v in values):
+            if gpu and any(_device.framework_of(v) == "torch" for v in tensors.values()):
                 _device.torch_order_before(device[1], self.stream)
         elif gpu and self.framework:
             self.stream = _device.current_stream(self.framework, device[1])
         else:
-            self.stream = self._interface_stream(values) if gpu else 0
+            self.stream = self._interface_stream(tensors.values()) if gpu else 0
 
     @staticmethod
     def _interface_stream(values):
@@ -259,10 +267,6 @@ class _Call:
                     interface.get("stream"):
                 return int(interface["stream"])
         return 0
-
-    @property
-    def stream_pointer(self):
-        return ctypes.c_void_p(self.stream or None)
 
     def tensor(self, name, value):
         if hasattr(value, "__dlpack_device__") and not isinstance(value, Tensor) and \
@@ -281,6 +285,12 @@ class _Call:
         return tensor
 
     def pointer(self, name, value, writable=False):
+        if type(value) is _torch_tensor_type:  # the hot path: no Tensor object
+            c, device, entry = _tensor.torch_descriptor(value)
+            if device != self.device:
+                self._check_device(name, device)
+            self.keep.append(entry)
+            return ctypes.pointer(c)
         tensor = self.tensor(name, value)
         if writable and tensor.readonly:
             raise ValueError("%s: the buffer is read-only but libdsv4 writes it" % name)
@@ -292,7 +302,8 @@ class _Call:
                              (name, device_name(device), device_name(self.device)))
 
 
-_RUN_OUTPUTS = ("out", "lse", "max_logits")
+_RUN_OUTPUTS = frozenset(("out", "lse", "max_logits"))
+_RUN_TENSORS = frozenset(_lib.RUN_TENSORS)
 _templates = {}
 
 
@@ -304,18 +315,10 @@ def _new_args(cls, init_function):
     return cls.from_buffer_copy(template)
 
 
-def _tensor_values(tensors, names):
-    values = []
-    for name, value in tensors.items():
-        if name not in names:
-            raise TypeError("unknown tensor argument %r" % name)
-        if value is not None:
-            values.append(value)
-    return values
-
-
 def _fill_run_args(call, args, tensors):
     for name, value in tensors.items():
+        if name not in _RUN_TENSORS:
+            raise TypeError("unknown tensor argument %r" % name)
         if value is not None:
             setattr(args, name, call.pointer(name, value, name in _RUN_OUTPUTS))
 
@@ -367,6 +370,7 @@ class Plan(_Closable):
         lib.dsv4_plan_get_workspace_size(self._handle, ctypes.byref(size))
         self._workspace_size = size.value  # the plan is immutable
         self._host_workspaces = threading.local()
+        self._torch_calls = threading.local()  # geometry -> argument struct (_run_torch)
         self._device_workspaces = {}  # stream handle -> framework tensor
         self._lock = threading.Lock()
 
@@ -416,7 +420,8 @@ class Plan(_Closable):
         allocates. CPU plans use a host buffer per thread."""
         if self.device[0] == DeviceType.CPU:
             raise ValueError("workspace: CPU plans use a host buffer per thread")
-        tensor = _Call(self.device, stream, [workspace]).tensor("workspace", workspace)
+        tensor = _Call(self.device, stream, dict(workspace=workspace)).tensor("workspace",
+                                                                               workspace)
         if tensor.nbytes < self._workspace_size:
             raise ValueError("workspace: %d bytes but the plan needs %d" %
                              (tensor.nbytes, self._workspace_size))
@@ -430,16 +435,19 @@ class Plan(_Closable):
         producer's current stream, see _Call). workspace: None (the plan's own: a host buffer per
         thread on CPU, one torch / CuPy tensor per stream on a GPU), a pointer with
         workspace_bytes, or a tensor on the plan's device."""
-        args = _new_args(_lib.CRunArgs, _lib.lib().dsv4_run_args_init)
-        call = _Call(self.device, stream, _tensor_values(tensors, _lib.RUN_TENSORS))
+        self._run(tensors, workspace, workspace_bytes, stream)
+
+    def _run(self, tensors, workspace=None, workspace_bytes=None, stream=None):
+        """run() with the tensors as a dict (no keyword repacking: framework ops call this)."""
+        if workspace is None and stream is None and _torch_tensor_type is not None and \
+                self._run_torch(tensors):
+            return
+        lib = _lib.lib()
+        args = _new_args(_lib.CRunArgs, lib.dsv4_run_args_init)
+        call = _Call(self.device, stream, tensors)
         _fill_run_args(call, args, tensors)
         if workspace is None:
-            if self.device[0] == DeviceType.CPU:
-                args.workspace, args.workspace_bytes = self._host_workspace()
-            elif self._workspace_size:
-                space = self.workspace(call.stream, call.framework)
-                args.workspace = call.tensor("workspace", space).pointer
-                args.workspace_bytes = self._workspace_size
+            args.workspace, args.workspace_bytes = self._own_workspace(call)
         elif isinstance(workspace, int):
             args.workspace = workspace
             args.workspace_bytes = workspace_bytes if workspace_bytes is not None else \
@@ -448,8 +456,53 @@ class Plan(_Closable):
             tensor = call.tensor("workspace", workspace)
             args.workspace = tensor.pointer
             args.workspace_bytes = tensor.nbytes if workspace_bytes is None else workspace_bytes
-        args.stream = call.stream_pointer
+        args.stream = call.stream or None
+        lib.dsv4_run(self.handle, ctypes.byref(args))
+
+    def _own_workspace(self, call):
+        """(pointer, bytes) of the plan's workspace for the call's stream."""
+        if self.device[0] == DeviceType.CPU:
+            return self._host_workspace()
+        if not self._workspace_size:
+            return None, 0
+        space = self._device_workspaces.get(call.stream)
+        if space is None:
+            space = self.workspace(call.stream, call.framework)
+        return call.tensor("workspace", space).pointer, self._workspace_size
+
+    def _run_torch(self, tensors):
+        """The host's fast path for torch tensors on the producer's stream: the argument struct
+        of a given geometry (names, shapes, strides, dtypes, devices) is built once per thread
+        and reused with new data pointers. False when a value is not a plain torch tensor."""
+        key, pointers = [], []
+        for name, value in tensors.items():
+            if value is not None:
+                if type(value) is not _torch_tensor_type:
+                    return False
+                key.append((name, value.shape, value.stride(), value.dtype, value.device))
+                pointers.append(value.data_ptr())
+        key = tuple(key)
+        cache = self._torch_calls.__dict__
+        entry = cache.get(key)
+        if entry is None:
+            if len(cache) >= 64:
+                cache.clear()
+            call = _Call(self.device, None, tensors)  # validates names and devices
+            args = _new_args(_lib.CRunArgs, _lib.lib().dsv4_run_args_init)
+            _fill_run_args(call, args, tensors)
+            views = [getattr(args, item[0]).contents for item in key]
+            entry = cache[key] = (args, views, call.keep, call.framework)
+        args, views, _, framework = entry
+        for view, pointer in zip(views, pointers):
+            view.data = pointer or None
+        gpu = self.device[0] in _GPU_DEVICES
+        call = _Call.__new__(_Call)  # the workspace's stream, without rescanning the tensors
+        call.device, call.keep, call.framework = self.device, [], framework
+        call.stream = _device.current_stream(framework, self.device[1]) if gpu else 0
+        args.workspace, args.workspace_bytes = self._own_workspace(call)
+        args.stream = call.stream or None
         _lib.lib().dsv4_run(self.handle, ctypes.byref(args))
+        return True
 
     def close(self):
         _destroy_plan(self._handle)
@@ -464,11 +517,11 @@ def kv_write(ctx, cache_desc, values, slots, cache, stream=None):
     lib = _lib.lib()
     args = _new_args(_lib.CKvWriteArgs, lib.dsv4_kv_write_args_init)
     _fill_cache_desc(args.cache_desc, cache_desc, "cache_desc")
-    call = _Call(ctx.device, stream, [values, slots, cache])
+    call = _Call(ctx.device, stream, dict(values=values, slots=slots, cache=cache))
     args.values = call.pointer("values", values)
     args.slots = call.pointer("slots", slots)
     args.cache = call.pointer("cache", cache, writable=True)
-    args.stream = call.stream_pointer
+    args.stream = call.stream or None
     lib.dsv4_kv_write(ctx.handle, ctypes.byref(args))
 
 
@@ -482,15 +535,14 @@ def export_indices(plan, format=ExportFormat.FLASHMLA, stream=None, **tensors):
     args = _new_args(_lib.CExportArgs, lib.dsv4_export_args_init)
     outputs = {k: v for k, v in tensors.items() if k in _lib.EXPORT_TENSORS}
     inputs = {k: v for k, v in tensors.items() if k not in outputs}
-    call = _Call(plan.device, stream, _tensor_values(inputs, _lib.RUN_TENSORS) +
-                 [v for v in outputs.values() if v is not None])
+    call = _Call(plan.device, stream, tensors)
     _fill_run_args(call, batch, inputs)
     for name, value in outputs.items():
         if value is not None:
             setattr(args, name, call.pointer(name, value, writable=True))
     args.format = format
     args.batch = ctypes.pointer(batch)
-    args.stream = call.stream_pointer
+    args.stream = call.stream or None
     lib.dsv4_export_indices(plan.handle, ctypes.byref(args))
 
 

@@ -41,6 +41,9 @@ def current_stream(framework, device_id):
     """The framework's current stream handle on device `device_id`."""
     if framework == "torch":
         torch = sys.modules["torch"]
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what inductor calls
+        if raw is not None:
+            return raw(device_id)
         return torch.cuda.current_stream(device_id).cuda_stream
     if framework == "cupy":
         cupy = sys.modules["cupy"]

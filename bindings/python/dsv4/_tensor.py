@@ -319,6 +319,27 @@ def from_torch(tensor, dtype=None, shape=None):
     return result
 
 
+# Descriptors of torch tensors by geometry: a run copies one and sets its data pointer instead of
+# building a dsv4_tensor (the host cost of a run with many tensors). Entries hold no tensor.
+_TORCH_DESCRIPTORS = {}
+_TORCH_DESCRIPTORS_MAX = 4096
+
+
+def torch_descriptor(tensor):
+    """(CTensor for `tensor`, its (type, id) device, the entry owning its shape and strides; keep
+    the entry alive while the CTensor is used)."""
+    key = (tensor.shape, tensor.stride(), tensor.dtype, tensor.device)
+    entry = _TORCH_DESCRIPTORS.get(key)
+    if entry is None:
+        if len(_TORCH_DESCRIPTORS) >= _TORCH_DESCRIPTORS_MAX:
+            _TORCH_DESCRIPTORS.clear()  # (entries in use stay alive through their users)
+        entry = Tensor(None, key[0], _torch_dtype(key[2]), key[1], _torch_device(key[3]))
+        _TORCH_DESCRIPTORS[key] = entry
+    c = CTensor.from_buffer_copy(entry.c)
+    c.data = tensor.data_ptr() or None
+    return c, entry.device, entry
+
+
 # ------------------------------------------- helpers --------------------------------------------
 def _typestr_dtype(typestr):
     """(DType or None, item size) of a numpy typestr ("<f4", "|u1", ...)."""

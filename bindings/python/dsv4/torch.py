@@ -63,7 +63,9 @@ _OUTPUTS = ("out", "lse", "max_logits")
 
 def _run(plan_id, q, *tensors):
     """The ops' kernel (every device): tensors = _INPUTS, then out, lse[, max_logits]."""
-    plan_by_id(plan_id).run(q=q, **dict(zip(_INPUTS + _OUTPUTS, tensors)))
+    named = dict(zip(_INPUTS + _OUTPUTS, tensors))
+    named["q"] = q
+    plan_by_id(plan_id)._run(named)
 
 
 def _no_output(*args, **kwargs):

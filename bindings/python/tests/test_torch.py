@@ -51,6 +51,23 @@ class TorchFrontTest(unittest.TestCase):
         cases.check(self, out.view(6, 3, 512), lse.view(6, 3), self.want,
                     self.problem.describe())
 
+    def test_repeated_calls_take_each_calls_tensors(self):
+        # Same geometry (the cached argument struct) with new tensors, then new strides.
+        problem = self.problem
+        inputs = dict(self.inputs)
+        q0, cache = inputs.pop("q"), inputs.pop("swa_cache")
+        wide = torch.zeros(6, 3, 1024, dtype=torch.bfloat16)
+        for step, q in enumerate((q0, (q0.float() * -0.5).to(torch.bfloat16), None)):
+            if q is None:
+                wide[..., 512:] = q0
+                q = wide[..., 512:]  # a view with other strides and an offset
+            out, lse = dt.attention(self.plan, q, cache, **inputs)
+            want = reference.attention(q, problem.main.reference_cache(), problem.main.indices,
+                                       problem.main.lengths, problem.extra.reference_cache(),
+                                       problem.extra.indices, problem.extra.lengths,
+                                       problem.sink)
+            cases.check(self, out, lse, want, "call %d, %s" % (step, problem.describe()))
+
     def test_argument_rules(self):
         with self.assertRaisesRegex(TypeError, "no_such"):
             dt.run(self.plan, self.inputs["q"], no_such=torch.zeros(1))
