@@ -246,7 +246,8 @@ class _Call:
         for value in tensors.values():
             if value is not None:
                 self.framework = _device.framework_of(value)
-                break
+                if self.framework:
+                    break
         if self.framework == "torch" and _torch_tensor_type is None:
             _torch_tensor_type = sys.modules["torch"].Tensor
         gpu = device[0] in _GPU_DEVICES

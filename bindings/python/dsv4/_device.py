@@ -32,8 +32,12 @@ def stream_handle(stream):
 
 
 def framework_of(obj):
-    """"torch", "cupy" or None: the framework a tensor argument belongs to."""
+    """"torch", "cupy" or None: the framework a tensor argument (or the object a dsv4.Tensor was
+    made from) belongs to."""
     module = type(obj).__module__.partition(".")[0]
+    if module == "dsv4":
+        source = getattr(obj, "source", None)
+        return framework_of(source) if source is not None else None
     return module if module in ("torch", "cupy") else None
 
 
