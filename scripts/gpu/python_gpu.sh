@@ -8,39 +8,19 @@
 #   scripts/gpu/python_gpu.sh [test] [example] [bench] [sanitize]     (default: test example bench)
 #
 # Needs a build of the repository with the CUDA module in $BUILD (default build/: `cmake --preset`
-# or `cmake -S . -B build -G Ninja && cmake --build build`), $PYTHON (default python3) with torch built for CUDA, and
-# pytest or plain unittest. `sanitize` runs the merge tests under compute-sanitizer memcheck.
+# or `cmake -S . -B build -G Ninja && cmake --build build`), $PYTHON (default python3) with torch
+# built for CUDA, and pytest or plain unittest. `sanitize` runs the merge tests under
+# compute-sanitizer memcheck.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-BUILD=$(realpath -m "${BUILD:-build}")
 OUT=$(realpath -m "${OUT:-$ROOT/gpu-out/python}")
 mkdir -p "$OUT"
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=(test example bench)
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
-export PATH=/usr/local/cuda/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-PYTHON=${PYTHON:-python3}
-export DSV4_LIBRARY=$BUILD/lib/libdsv4.so.0 PYTHONPATH=$ROOT/bindings/python
 rc=0
-
-[ -f "$DSV4_LIBRARY" ] || { log "no $DSV4_LIBRARY: build the repository into $BUILD first"; exit 2; }
-[ -f "$BUILD/lib/dsv4/backends/libdsv4-cuda.so" ] ||
-  log "warning: no CUDA module in $BUILD/lib/dsv4/backends (GPU tests will fail)"
-log "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
-log "python: $("$PYTHON" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1)"
-
-# The tests' float64 reference (a test-only library): from the build, else compiled here.
-PYREF=$BUILD/bindings/python/libdsv4_pyref.so
-if [ ! -f "$PYREF" ]; then
-  cmake --build "$BUILD" --target dsv4_pyref >"$OUT/pyref_build.log" 2>&1 ||
-    { PYREF=$OUT/libdsv4_pyref.so
-      g++ -O2 -std=c++17 -shared -fPIC -I"$ROOT/reference" -I"$ROOT/include" \
-        bindings/python/tests/reference_shim.cpp reference/reference.cpp \
-        reference/reference_paged.cpp reference/compare_rule.cpp -o "$PYREF" >>"$OUT/pyref_build.log" 2>&1 ||
-        { cat "$OUT/pyref_build.log"; log "cannot build the reference library"; exit 2; }; }
-fi
-export DSV4_PYREF_LIBRARY=$PYREF
+source scripts/gpu/python_env.sh
 
 for step in "${STEPS[@]}"; do
   case $step in
