@@ -39,7 +39,8 @@ SWA_WIDTH, CMP_WIDTH, BLOCK = 128, 512, 64
 def build(device):
     ctx = dt.context(device)
     layout = dsv4.KvLayout.FP8_V4_584B
-    desc = dsv4.KvCacheDesc(layout, BLOCK, dsv4.kv_layout_info(layout, BLOCK).min_block_stride_bytes)
+    stride = dsv4.kv_layout_info(layout, BLOCK).min_block_stride_bytes
+    desc = dsv4.KvCacheDesc(layout, BLOCK, stride)
     gen = torch.Generator(device=device).manual_seed(55)
     caches = []
     for blocks in (64, 256):  # 4096 SWA rows, 16384 compressed entries

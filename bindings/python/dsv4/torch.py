@@ -134,7 +134,8 @@ def attention(plan, q, swa_cache, indices=None, lengths=None, extra_cache=None,
               extra_indices=None, extra_lengths=None, attn_sink=None, indptr=None,
               extra_indptr=None, out=None, lse=None, max_logits=None, stream=None):
     """Explicit mode: `indices` [T, topk] (or CSR `indptr` + flat `indices`) into `swa_cache`,
-    optional `extra_indices` into `extra_cache`, optional per-token `lengths`. Returns (out, lse)."""
+    optional `extra_indices` into `extra_cache`, optional per-token `lengths`. Returns
+    (out, lse)."""
     return run(plan, q, out, lse, max_logits, stream, swa_cache=swa_cache, indices=indices,
                lengths=lengths, extra_cache=extra_cache, extra_indices=extra_indices,
                extra_lengths=extra_lengths, attn_sink=attn_sink, indptr=indptr,
