@@ -126,6 +126,33 @@ def compare(got, want, tolerance, what):
                 max_abs_err=result.max_abs_err, cos_diff=result.cos_diff)
 
 
+SAMPLE_REQUESTS = 2
+
+
+def check(step, full, out, lse, single_out, single_lse):
+    """The parallel result against the float64 reference on the first SAMPLE_REQUESTS requests'
+    tokens (spec 2.4 decode tolerances), and against the single-GPU run on every token: element
+    by element (abs / rel; two GPU results each carry their own bf16 rounding, and a merged one a
+    second, so their cosine distance is reported, not bounded)."""
+    swa_cache, swa_indices, cmp_cache, cmp_indices = full
+    n = SAMPLE_REQUESTS
+    blocks = (n * SWA_SPAN + BLOCK - 1) // BLOCK, (n * ENTRIES + BLOCK - 1) // BLOCK
+    want = reference.attention(
+        step.q[:n], reference.Cache(swa_cache[:blocks[0]], LAYOUT, BLOCK), swa_indices[:n],
+        extra=reference.Cache(cmp_cache[:blocks[1]], LAYOUT, BLOCK), extra_indices=cmp_indices[:n],
+        sink=step.sink)
+
+    def elementwise(tolerance):
+        return tolerance[:2] + (-1.0,)
+
+    result = dict(
+        reference_out=compare(out[:n], want[0], reference.DECODE_OUT, "out"),
+        reference_lse=compare(lse[:n], want[1], reference.DECODE_LSE, "lse"),
+        single_gpu_out=compare(out, single_out, elementwise(reference.DECODE_OUT), "out"),
+        single_gpu_lse=compare(lse, single_lse, elementwise(reference.DECODE_LSE), "lse"))
+    return result, all(r["passed"] for r in result.values())
+
+
 class Timer:
     """Medians of CUDA-event intervals on the current stream, by name."""
 
