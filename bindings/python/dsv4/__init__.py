@@ -31,7 +31,8 @@ __all__ = [
     "KvLayoutInfo", "LogLevel", "Mode", "Plan", "PlanFlag", "PlanInfo", "Status", "Tensor",
     "as_device", "as_dtype", "as_tensor", "bfloat16", "enumerate_backends", "export_indices",
     "float16", "float32", "float64", "float8_e4m3fn", "int8", "int16", "int32", "int64",
-    "kv_layout_info", "kv_write", "load_library", "device_info", "plan_by_id", "status_string",
+    "kv_layout_info", "kv_write", "load_library", "device_info", "merge", "plan_by_id",
+    "status_string",
     "uint8", "uint16", "uint32", "uint64", "version", "version_number",
 ]
 
@@ -545,6 +546,26 @@ def export_indices(plan, format=ExportFormat.FLASHMLA, stream=None, **tensors):
     args.batch = ctypes.pointer(batch)
     args.stream = call.stream or None
     lib.dsv4_export_indices(plan.handle, ctypes.byref(args))
+
+
+def merge(ctx, stream=None, **tensors):
+    """dsv4_merge (spec 12.2): out / lse of the union of P disjoint key sets from their partial
+    results out_parts [P, ..., H, 512] and lse_parts [P, ..., H] (computed without the sink),
+    applying attn_sink [H] (optional) once. Keywords are dsv4_merge_args names; stream as in
+    Plan.run."""
+    lib = _lib.lib()
+    if not hasattr(lib, "dsv4_merge"):
+        raise AttributeError("this libdsv4 (%s) has no dsv4_merge" % version())
+    for name in tensors:
+        if name not in _lib.MERGE_TENSORS:
+            raise TypeError("unknown tensor argument %r" % name)
+    args = _new_args(_lib.CMergeArgs, lib.dsv4_merge_args_init)
+    call = _Call(ctx.device, stream, tensors)
+    for name, value in tensors.items():
+        if value is not None:
+            setattr(args, name, call.pointer(name, value, name in ("out", "lse")))
+    args.stream = call.stream or None
+    lib.dsv4_merge(ctx.handle, ctypes.byref(args))
 
 
 def kv_layout_info(layout, block_size):

@@ -130,6 +130,16 @@ class CExportArgs(_c.Structure):
                 [("stream", _c.c_void_p)])
 
 
+# ------------------------------------------ dsv4_merge ------------------------------------------
+MERGE_TENSORS = ("out_parts", "lse_parts", "attn_sink", "out", "lse")
+
+
+class CMergeArgs(_c.Structure):
+    _fields_ = ([("struct_size", _c.c_uint32), ("reserved", _c.c_uint32)] +
+                [(name, _c.POINTER(CTensor)) for name in MERGE_TENSORS] +
+                [("stream", _c.c_void_p)])
+
+
 # C type name -> mirror, for the layout tests.
 STRUCTS = {
     "dsv4_device": CDevice, "dsv4_dtype": CDType, "dsv4_tensor": CTensor,
@@ -170,6 +180,14 @@ SIGNATURES = {
     "dsv4_kv_write": (_status, [_handle, _P(CKvWriteArgs)]),
     "dsv4_export_args_init": (_status, [_P(CExportArgs), _c.c_size_t]),
     "dsv4_export_indices": (_status, [_handle, _P(CExportArgs)]),
+}
+
+
+# Functions a library older than this binding may lack: bound when present (calling one that is
+# absent raises AttributeError naming it).
+LATER_SIGNATURES = {
+    "dsv4_merge_args_init": (_status, [_P(CMergeArgs), _c.c_size_t]),
+    "dsv4_merge": (_status, [_handle, _P(CMergeArgs)]),
 }
 
 
@@ -231,7 +249,9 @@ def _candidates(path):
 
 def _bind(lib):
     check = _errcheck(lib)
-    for name, (restype, argtypes) in SIGNATURES.items():
+    for name, (restype, argtypes) in list(SIGNATURES.items()) + list(LATER_SIGNATURES.items()):
+        if name in LATER_SIGNATURES and not hasattr(lib, name):
+            continue
         function = getattr(lib, name)
         function.restype = restype
         function.argtypes = argtypes

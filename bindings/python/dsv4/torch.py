@@ -22,8 +22,9 @@ import threading
 import torch
 
 from . import Context, Plan, plan_by_id
+from . import merge as merge_tensors
 
-__all__ = ["HAS_CUSTOM_OP", "attention", "context", "paged_attention", "plan", "run"]
+__all__ = ["HAS_CUSTOM_OP", "attention", "context", "merge", "paged_attention", "plan", "run"]
 
 HEAD_DIM_V = 512
 HAS_CUSTOM_OP = hasattr(torch.library, "register_fake")  # torch >= 2.4
@@ -80,6 +81,16 @@ def _schema(name, outputs):
         name, ", ".join("Tensor? " + n for n in _INPUTS), ", ".join(written))
 
 
+def _merge(out_parts, lse_parts, attn_sink, out, lse):
+    """The merge op's kernel (every device)."""
+    merge_tensors(context(out_parts.device), out_parts=out_parts, lse_parts=lse_parts,
+                  attn_sink=attn_sink, out=out, lse=lse)
+
+
+_MERGE_SCHEMA = ("merge(Tensor out_parts, Tensor lse_parts, Tensor? attn_sink, Tensor(a!) out, "
+                 "Tensor(b!) lse) -> ()")
+
+
 # Registered with torch.library.Library (define + one kernel for every device + a fake kernel for
 # torch.compile) rather than torch.library.custom_op, whose autograd wrapper costs host time.
 if HAS_CUSTOM_OP:
@@ -88,9 +99,14 @@ if HAS_CUSTOM_OP:
         _library.define(_schema(_name, _outputs))
         _library.impl(_name, _run, "CompositeExplicitAutograd")
         torch.library.register_fake("dsv4::" + _name, _no_output, lib=_library)
+    _library.define(_MERGE_SCHEMA)
+    _library.impl("merge", _merge, "CompositeExplicitAutograd")
+    torch.library.register_fake("dsv4::merge", _no_output, lib=_library)
     _run_op, _run_max_logits_op = torch.ops.dsv4.run, torch.ops.dsv4.run_max_logits
+    _merge_op = torch.ops.dsv4.merge
 else:
     _run_op = _run_max_logits_op = _run
+    _merge_op = _merge
 
 
 # ----------------------------------------- functions --------------------------------------------
@@ -151,3 +167,22 @@ def paged_attention(plan, q, swa_cache, query_start_loc, seq_lens, swa_block_tab
                swa_block_table=swa_block_table, slot_mapping=slot_mapping,
                extra_cache=extra_cache, cmp_block_table=cmp_block_table,
                topk_indices=topk_indices, attn_sink=attn_sink)
+
+
+def merge(out_parts, lse_parts, attn_sink=None, out=None, lse=None, stream=None):
+    """Spec 12.2: the result over the union of P disjoint key sets from their partial results,
+    out_parts [P, ..., H, 512] and lse_parts [P, ..., H] (runs without the sink), the sink [H]
+    applied once. Returns (out, lse), allocated when not given (bf16, fp32)."""
+    if stream is None:
+        return _merge_call(out_parts, lse_parts, attn_sink, out, lse)
+    with _stream_context(stream, out_parts.device):
+        return _merge_call(out_parts, lse_parts, attn_sink, out, lse)
+
+
+def _merge_call(out_parts, lse_parts, attn_sink, out, lse):
+    if out is None:
+        out = torch.empty(out_parts.shape[1:], dtype=torch.bfloat16, device=out_parts.device)
+    if lse is None:
+        lse = torch.empty(lse_parts.shape[1:], dtype=torch.float32, device=lse_parts.device)
+    _merge_op(out_parts, lse_parts, attn_sink, out, lse)
+    return out, lse
