@@ -402,10 +402,11 @@ class Plan(_Closable):
             buffer = self._host_workspaces.buffer = ctypes.create_string_buffer(max(size, 1))
         return ctypes.cast(buffer, ctypes.c_void_p), size
 
-    def workspace(self, stream=None, framework="torch"):
+    def workspace(self, stream=None, framework=None):
         """The workspace this plan uses on `stream` when run without workspace=: allocated once
-        per (plan, stream) through `framework` ("torch" or "cupy") on the plan's device, on first
-        use. Call it before a CUDA graph capture so that the capture allocates nothing."""
+        per (plan, stream) through `framework` ("torch" or "cupy"; None: the one imported) on
+        the plan's device, on first use. Call it before a CUDA graph capture so that the capture
+        allocates nothing."""
         if self.device[0] == DeviceType.CPU:
             return None
         key = _device.stream_handle(stream)

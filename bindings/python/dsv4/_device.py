@@ -134,8 +134,11 @@ def cuda_stream_wait(device_id, waiter, producer):
 
 # ------------------------------------------ workspaces ------------------------------------------
 def allocate_bytes(framework, device, size):
-    """A `size`-byte uint8 tensor on `device` from the caller's framework."""
+    """A `size`-byte uint8 tensor on `device` from the caller's framework (None: torch, else
+    CuPy, whichever the process has imported)."""
     device_type, device_id = device
+    if framework is None:
+        framework = next((name for name in ("torch", "cupy") if name in sys.modules), None)
     if framework == "torch":
         torch = sys.modules["torch"]
         kind = "xpu" if device_type == DeviceType.ONEAPI else "cuda"
@@ -144,5 +147,5 @@ def allocate_bytes(framework, device, size):
         cupy = sys.modules["cupy"]
         with cupy.cuda.Device(device_id):
             return cupy.empty(max(size, 1), dtype=cupy.uint8)
-    raise ValueError("workspace: pass workspace= on the plan's device (%d bytes); only torch and "
-                     "CuPy tensors let the binding allocate it" % size)
+    raise ValueError("workspace: pass workspace= on the plan's device (%d bytes); the binding "
+                     "allocates it through torch or CuPy only" % size)
