@@ -18,7 +18,7 @@ import weakref
 
 from . import _lib
 from ._constants import (API_VERSION, DTypeCode, DeviceType, ExportFormat, IndexFormat,
-                         KvLayout, LogLevel, Mode, PlanFlag, Status)
+                         KvCacheFlag, KvLayout, LogLevel, Mode, PlanFlag, Status)
 from ._lib import Dsv4Error, load_library
 from . import _device, _tensor
 from ._tensor import (DType, Tensor, as_device, as_dtype, as_tensor, bfloat16, device_name,
@@ -27,7 +27,8 @@ from ._tensor import (DType, Tensor, as_device, as_dtype, as_tensor, bfloat16, d
 
 __all__ = [
     "API_VERSION", "BackendInfo", "Context", "ContextInfo", "DType", "DTypeCode", "DeviceInfo",
-    "DeviceType", "Dsv4Error", "ExportFormat", "IndexFormat", "KvCacheDesc", "KvLayout",
+    "DeviceType", "Dsv4Error", "ExportFormat", "IndexFormat", "KvCacheDesc", "KvCacheFlag",
+    "KvLayout",
     "KvLayoutInfo", "LogLevel", "Mode", "Plan", "PlanFlag", "PlanInfo", "Status", "Tensor",
     "as_device", "as_dtype", "as_tensor", "bfloat16", "enumerate_backends", "export_indices",
     "float16", "float32", "float64", "float8_e4m3fn", "int8", "int16", "int32", "int64",
