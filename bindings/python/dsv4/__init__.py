@@ -28,13 +28,12 @@ from ._tensor import (DType, Tensor, as_device, as_dtype, as_tensor, bfloat16, d
 __all__ = [
     "API_VERSION", "BackendInfo", "Context", "ContextInfo", "DType", "DTypeCode", "DeviceInfo",
     "DeviceType", "Dsv4Error", "ExportFormat", "IndexFormat", "KvCacheDesc", "KvCacheFlag",
-    "KvLayout",
-    "KvLayoutInfo", "LogLevel", "Mode", "Plan", "PlanFlag", "PlanInfo", "Status", "Tensor",
-    "as_device", "as_dtype", "as_tensor", "bfloat16", "enumerate_backends", "export_indices",
-    "float16", "float32", "float64", "float8_e4m3fn", "int8", "int16", "int32", "int64",
-    "kv_layout_info", "kv_write", "load_library", "device_info", "merge", "plan_by_id",
-    "status_string",
-    "uint8", "uint16", "uint32", "uint64", "version", "version_number",
+    "KvLayout", "KvLayoutInfo", "LogLevel", "Mode", "Plan", "PlanFlag", "PlanInfo", "Status",
+    "Tensor", "as_device", "as_dtype", "as_tensor", "bfloat16", "device_info",
+    "enumerate_backends", "export_indices", "float16", "float32", "float64", "float8_e4m3fn",
+    "int8", "int16", "int32", "int64", "kv_layout_info", "kv_write", "load_library", "merge",
+    "plan_by_id", "status_string", "uint8", "uint16", "uint32", "uint64", "version",
+    "version_number",
 ]
 
 
@@ -108,18 +107,19 @@ class KvLayoutInfo:
 
 @dataclasses.dataclass
 class KvCacheDesc:
-    """dsv4_kv_cache_desc. block_stride_bytes 0 = the layout's minimum."""
+    """dsv4_kv_cache_desc. block_stride_bytes 0 = the layout's minimum; flags: KvCacheFlag."""
     layout: int
     block_size: int
     block_stride_bytes: int = 0
     kv_scale: float = 1.0
+    flags: int = 0
 
 
 def _fill_cache_desc(target, spec, name):
     """Sets a CKvCacheDesc from a KvCacheDesc or a dict of its field names (others kept)."""
     fields = dataclasses.asdict(spec) if isinstance(spec, KvCacheDesc) else dict(spec)
     for key, value in fields.items():
-        if key not in ("layout", "block_size", "block_stride_bytes", "kv_scale"):
+        if key not in ("layout", "block_size", "block_stride_bytes", "kv_scale", "flags"):
             raise TypeError("%s: unknown cache field %r" % (name, key))
         setattr(target, key, value)
 
@@ -556,8 +556,6 @@ def merge(ctx, stream=None, **tensors):
     applying attn_sink [H] (optional) once. Keywords are dsv4_merge_args names; stream as in
     Plan.run."""
     lib = _lib.lib()
-    if not hasattr(lib, "dsv4_merge"):
-        raise AttributeError("this libdsv4 (%s) has no dsv4_merge" % version())
     for name in tensors:
         if name not in _lib.MERGE_TENSORS:
             raise TypeError("unknown tensor argument %r" % name)

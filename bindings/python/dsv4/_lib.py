@@ -118,11 +118,14 @@ class CKvWriteArgs(_c.Structure):
                 ("stream", _c.c_void_p)]
 
 
+# Tensor fields of dsv4_merge_args, in declaration order (out and lse are written).
+MERGE_TENSORS = ("out_parts", "lse_parts", "attn_sink", "out", "lse")
+
+
 class CMergeArgs(_c.Structure):
-    _fields_ = [("struct_size", _c.c_uint32), ("reserved", _c.c_uint32),
-                ("out_parts", _c.POINTER(CTensor)), ("lse_parts", _c.POINTER(CTensor)),
-                ("attn_sink", _c.POINTER(CTensor)), ("out", _c.POINTER(CTensor)),
-                ("lse", _c.POINTER(CTensor)), ("stream", _c.c_void_p)]
+    _fields_ = ([("struct_size", _c.c_uint32), ("reserved", _c.c_uint32)] +
+                [(name, _c.POINTER(CTensor)) for name in MERGE_TENSORS] +
+                [("stream", _c.c_void_p)])
 
 
 # ---------------------------------------- dsv4_paged.h ------------------------------------------
@@ -134,16 +137,6 @@ class CExportArgs(_c.Structure):
     _fields_ = ([("struct_size", _c.c_uint32), ("format", _c.c_uint32),
                  ("batch", _c.POINTER(CRunArgs))] +
                 [(name, _c.POINTER(CTensor)) for name in EXPORT_TENSORS] +
-                [("stream", _c.c_void_p)])
-
-
-# ------------------------------------------ dsv4_merge ------------------------------------------
-MERGE_TENSORS = ("out_parts", "lse_parts", "attn_sink", "out", "lse")
-
-
-class CMergeArgs(_c.Structure):
-    _fields_ = ([("struct_size", _c.c_uint32), ("reserved", _c.c_uint32)] +
-                [(name, _c.POINTER(CTensor)) for name in MERGE_TENSORS] +
                 [("stream", _c.c_void_p)])
 
 
@@ -188,14 +181,6 @@ SIGNATURES = {
     "dsv4_kv_write": (_status, [_handle, _P(CKvWriteArgs)]),
     "dsv4_export_args_init": (_status, [_P(CExportArgs), _c.c_size_t]),
     "dsv4_export_indices": (_status, [_handle, _P(CExportArgs)]),
-    "dsv4_merge_args_init": (_status, [_P(CMergeArgs), _c.c_size_t]),
-    "dsv4_merge": (_status, [_handle, _P(CMergeArgs)]),
-}
-
-
-# Functions a library older than this binding may lack: bound when present (calling one that is
-# absent raises AttributeError naming it).
-LATER_SIGNATURES = {
     "dsv4_merge_args_init": (_status, [_P(CMergeArgs), _c.c_size_t]),
     "dsv4_merge": (_status, [_handle, _P(CMergeArgs)]),
 }
@@ -259,9 +244,7 @@ def _candidates(path):
 
 def _bind(lib):
     check = _errcheck(lib)
-    for name, (restype, argtypes) in list(SIGNATURES.items()) + list(LATER_SIGNATURES.items()):
-        if name in LATER_SIGNATURES and not hasattr(lib, name):
-            continue
+    for name, (restype, argtypes) in SIGNATURES.items():
         function = getattr(lib, name)
         function.restype = restype
         function.argtypes = argtypes
