@@ -57,6 +57,7 @@ def run_case(config, batch, args, rank, world, device, flush):
         shards["swa"], shards["cmp"]
     plan = common.full_plan(ctx, step)
     shape = (batch, common.S_Q, step.heads)
+    tokens = batch * common.S_Q  # the merge takes [P, T, H, 512] parts
     part_out = torch.empty(shape + (common.D,), dtype=torch.bfloat16, device=device)
     part_lse = torch.empty(shape, device=device)
     parts_out = torch.empty((world,) + tuple(part_out.shape), dtype=torch.bfloat16,
@@ -79,7 +80,9 @@ def run_case(config, batch, args, rank, world, device, flush):
             parts_out[0].copy_(part_out)
             parts_lse[0].copy_(part_lse)
         exchanged = common.event()
-        dt.merge(parts_out, parts_lse, attn_sink=step.sink, out=out, lse=lse)
+        dt.merge(parts_out.view(world, tokens, step.heads, common.D),
+                 parts_lse.view(world, tokens, step.heads), attn_sink=step.sink,
+                 out=out.view(tokens, step.heads, common.D), lse=lse.view(tokens, step.heads))
         done = common.event()
         if rep >= common.WARMUP:
             timer.interval("attention_us", start, attended)
