@@ -3,14 +3,15 @@
 library libdsv4_pyref.so (bindings/python/tests/reference_shim.cpp, built with the tests).
 
 The library is $DSV4_PYREF_LIBRARY (ctest sets it), else found in a build directory of the
-repository (build*/bindings/python/). Arrays are numpy arrays or torch tensors (moved to the host).
+repository (build*/bindings/python/). Arrays are torch tensors (moved to the host) or anything
+torch.as_tensor takes; results are float64 / int32 CPU tensors.
 """
 import ctypes
 import glob
 import math
 import os
 
-import numpy as np
+import torch
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 HEAD_DIM_V = 512
@@ -90,45 +91,37 @@ DECODE_OUT, DECODE_LSE, PREFILL_OUT, PREFILL_LSE = (_tolerance(i) for i in range
 
 
 def host(array, dtype=None):
-    """A C-contiguous numpy copy of a numpy array or torch tensor (bf16 -> float64 exactly)."""
-    if type(array).__module__.startswith("torch"):
-        import torch
-        array = array.detach().cpu()
-        if array.dtype in (torch.bfloat16, torch.float16):
-            array = array.double()
-        elif array.dtype not in (torch.float32, torch.float64, torch.int32, torch.int64,
-                                 torch.uint8, torch.int8):
-            array = array.view(torch.uint8)  # float8 and other byte types: their bytes
-        array = array.numpy()
-    return np.ascontiguousarray(array, dtype=dtype)
+    """A contiguous CPU tensor copy of `array` in `dtype` (torch dtype; bf16 / fp16 -> float64
+    exactly; float8 and other one-byte float types as their bytes when no dtype is asked)."""
+    array = torch.as_tensor(array).detach().cpu()
+    if dtype is None and array.is_floating_point() and array.element_size() == 1:
+        array = array.view(torch.uint8)
+    return array.to(dtype or array.dtype).contiguous()
 
 
 def _pointer(array):
-    return array.ctypes.data if array is not None else None
+    return array.data_ptr() if array is not None else None
 
 
 class Cache:
     """A KV cache for the reference: its bytes (host copy) and geometry."""
 
     def __init__(self, tensor, layout, block_size, kv_scale=1.0):
-        if type(tensor).__module__.startswith("torch"):
-            import torch
-            tensor = tensor.detach().cpu().contiguous().view(torch.uint8)
-        raw = np.ascontiguousarray(tensor)
+        raw = torch.as_tensor(tensor).detach().cpu().contiguous()
         self.num_blocks = raw.shape[0]
-        self.block_stride_bytes = raw.nbytes // max(self.num_blocks, 1)
-        self.bytes = raw.view(np.uint8).reshape(-1)
+        self.block_stride_bytes = raw.numel() * raw.element_size() // max(self.num_blocks, 1)
+        self.bytes = raw.view(torch.uint8).reshape(-1)
         self.layout, self.block_size, self.kv_scale = int(layout), block_size, kv_scale
 
     def c(self):
-        return _Cache(self.bytes.ctypes.data, self.layout, self.block_size,
+        return _Cache(self.bytes.data_ptr(), self.layout, self.block_size,
                       self.block_stride_bytes, self.num_blocks, self.kv_scale)
 
 
 def _list(indices, lengths, tokens):
-    indices = host(indices, np.int32).reshape(tokens, -1)
-    lengths = None if lengths is None else host(lengths, np.int32).reshape(tokens)
-    return _List(indices.ctypes.data, indices.shape[1], _pointer(lengths)), (indices, lengths)
+    indices = host(indices, torch.int32).reshape(tokens, -1)
+    lengths = None if lengths is None else host(lengths, torch.int32).reshape(tokens)
+    return _List(indices.data_ptr(), indices.shape[1], _pointer(lengths)), (indices, lengths)
 
 
 def attention(q, main, indices, lengths=None, extra=None, extra_indices=None,
@@ -136,28 +129,28 @@ def attention(q, main, indices, lengths=None, extra=None, extra_indices=None,
     """Spec 2.2 in float64 over explicit dense lists. q [T, H, d] (or [B, S, H, d]); main / extra
     are Caches. Returns (out [.., H, 512], lse [.., H], max_logits [.., H]) as float64 arrays of
     q's leading shape."""
-    qh = host(q, np.float64)
-    lead = qh.shape[:-1]
+    qh = host(q, torch.float64)
+    lead = tuple(qh.shape[:-1])
     heads, dim = qh.shape[-2], qh.shape[-1]
-    tokens = int(np.prod(lead[:-1]))
+    tokens = math.prod(lead[:-1])
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
-    sink = None if sink is None else host(sink, np.float64).reshape(heads)
+    sink = None if sink is None else host(sink, torch.float64).reshape(heads)
     main_list, keep = _list(indices, lengths, tokens)
     extra_list = None
     if extra_indices is not None:
         extra_list, keep_extra = _list(extra_indices, extra_lengths, tokens)
-    out = np.empty((tokens, heads, HEAD_DIM_V))
-    lse = np.empty((tokens, heads))
-    max_logits = np.empty((tokens, heads))
+    out = torch.empty(tokens, heads, HEAD_DIM_V, dtype=torch.float64)
+    lse = torch.empty(tokens, heads, dtype=torch.float64)
+    max_logits = torch.empty(tokens, heads, dtype=torch.float64)
     error = ctypes.create_string_buffer(512)
     main_c = main.c()
     extra_c = extra.c() if extra is not None else None
-    if _lib.dsv4_pyref_attention(tokens, heads, dim, qh.ctypes.data, scale, _pointer(sink),
+    if _lib.dsv4_pyref_attention(tokens, heads, dim, qh.data_ptr(), scale, _pointer(sink),
                                  ctypes.byref(main_c),
                                  ctypes.byref(extra_c) if extra_c is not None else None,
                                  ctypes.byref(main_list),
                                  ctypes.byref(extra_list) if extra_list is not None else None,
-                                 out.ctypes.data, lse.ctypes.data, max_logits.ctypes.data, error,
+                                 out.data_ptr(), lse.data_ptr(), max_logits.data_ptr(), error,
                                  len(error)):
         raise ValueError("reference: " + error.value.decode())
     return (out.reshape(lead + (HEAD_DIM_V,)), lse.reshape(lead), max_logits.reshape(lead))
@@ -170,25 +163,25 @@ def paged_lists(config, batch):
     swa_block_table, cmp_block_table (or None), slot_mapping, topk_indices (or None).
     Returns (swa_indices [T, W], swa_lengths [T], cmp_indices [T, width], cmp_lengths [T])."""
     c = _PagedConfig(**{name: int(config[name]) for name, _ in _PagedConfig._fields_})
-    qsl = host(batch["query_start_loc"], np.int32)
-    arrays = {name: None if batch.get(name) is None else host(batch[name], np.int32)
+    qsl = host(batch["query_start_loc"], torch.int32)
+    arrays = {name: None if batch.get(name) is None else host(batch[name], torch.int32)
               for name in ("seq_lens", "swa_block_table", "cmp_block_table", "slot_mapping",
                            "topk_indices")}
     tokens = arrays["slot_mapping"].shape[0]
     cmp_table = arrays["cmp_block_table"]
-    b = _PagedBatch(tokens, qsl.shape[0] - 1, qsl.ctypes.data, arrays["seq_lens"].ctypes.data,
-                    arrays["swa_block_table"].ctypes.data, arrays["swa_block_table"].shape[1],
+    b = _PagedBatch(tokens, qsl.shape[0] - 1, qsl.data_ptr(), arrays["seq_lens"].data_ptr(),
+                    arrays["swa_block_table"].data_ptr(), arrays["swa_block_table"].shape[1],
                     _pointer(cmp_table), 0 if cmp_table is None else cmp_table.shape[1],
-                    arrays["slot_mapping"].ctypes.data, _pointer(arrays["topk_indices"]))
+                    arrays["slot_mapping"].data_ptr(), _pointer(arrays["topk_indices"]))
     width = _lib.dsv4_pyref_cmp_width(ctypes.byref(c))
-    swa = np.empty((tokens, c.window), np.int32)
-    swa_len = np.empty(tokens, np.int32)
-    cmp = np.empty((tokens, width), np.int32)
-    cmp_len = np.zeros(tokens, np.int32)
+    swa = torch.empty(tokens, c.window, dtype=torch.int32)
+    swa_len = torch.empty(tokens, dtype=torch.int32)
+    cmp = torch.empty(tokens, width, dtype=torch.int32)
+    cmp_len = torch.zeros(tokens, dtype=torch.int32)
     error = ctypes.create_string_buffer(512)
-    if _lib.dsv4_pyref_paged_lists(ctypes.byref(c), ctypes.byref(b), swa.ctypes.data,
-                                   swa_len.ctypes.data, cmp.ctypes.data if width else None,
-                                   cmp_len.ctypes.data if width else None, error, len(error)):
+    if _lib.dsv4_pyref_paged_lists(ctypes.byref(c), ctypes.byref(b), swa.data_ptr(),
+                                   swa_len.data_ptr(), cmp.data_ptr() if width else None,
+                                   cmp_len.data_ptr() if width else None, error, len(error)):
         raise ValueError("reference: " + error.value.decode())
     return swa, swa_len, cmp, cmp_len
 
@@ -215,11 +208,11 @@ class Comparison:
 
 def compare(got, want, tolerance, what="values"):
     """FlashMLA's rule (spec 2.4) over arrays of the same size; a Comparison."""
-    got = host(got, np.float64).reshape(-1)
-    want = host(want, np.float64).reshape(-1)
-    if got.size != want.size:
-        raise ValueError("%s: %d values vs %d" % (what, got.size, want.size))
+    got = host(got, torch.float64).reshape(-1)
+    want = host(want, torch.float64).reshape(-1)
+    if got.numel() != want.numel():
+        raise ValueError("%s: %d values vs %d" % (what, got.numel(), want.numel()))
     result = _CompareResult()
-    _lib.dsv4_pyref_compare(got.ctypes.data, want.ctypes.data, got.size, *tolerance,
+    _lib.dsv4_pyref_compare(got.data_ptr(), want.data_ptr(), got.numel(), *tolerance,
                             ctypes.byref(result))
     return Comparison(result, what)

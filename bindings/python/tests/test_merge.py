@@ -11,7 +11,6 @@ import math
 import random
 import unittest
 
-import numpy as np
 import torch
 
 import cases
@@ -35,25 +34,26 @@ def split_lists(rng, indices, lengths, parts):
 def check_merged_bf16_parts(testcase, out, lse, out_parts, lse_parts, want, what):
     """The spec's element rule (abs or rel) widened by the parts' own bf16 rounding,
     sum_p exp(lse_p - lse) |o_p| 2^-8 (the sink only scales it down); lse as it is."""
-    parts = reference.host(out_parts, np.float64)
-    part_lse = reference.host(lse_parts, np.float64)
-    merged_lse = np.broadcast_to(reference.host(lse, np.float64)[None], part_lse.shape)
-    used = np.isfinite(part_lse) & np.isfinite(merged_lse)  # +inf: an empty part or token
-    weights = np.zeros_like(part_lse)
-    weights[used] = np.exp(part_lse[used] - merged_lse[used])
-    bound = (weights[..., None] * np.abs(parts)).sum(0) * 2.0 ** -8
-    got, want_out = reference.host(out, np.float64), want[0]
+    parts = reference.host(out_parts, torch.float64)
+    part_lse = reference.host(lse_parts, torch.float64)
+    merged_lse = reference.host(lse, torch.float64)[None].expand_as(part_lse)
+    used = torch.isfinite(part_lse) & torch.isfinite(merged_lse)  # +inf: an empty part or token
+    weights = torch.zeros_like(part_lse)
+    weights[used] = torch.exp(part_lse[used] - merged_lse[used])
+    bound = (weights[..., None] * parts.abs()).sum(0) * 2.0 ** -8
+    got, want_out = reference.host(out, torch.float64), want[0]
     abs_tol, rel_tol, cos_tol = reference.DECODE_OUT
-    error = np.abs(got - want_out)
-    finite = np.isfinite(want_out)
+    error = (got - want_out).abs()
+    finite = torch.isfinite(want_out)
     ok = ~finite & (got == want_out) | finite & (
-        error < np.maximum(abs_tol, rel_tol * np.abs(want_out)) + bound)
-    bad = np.argwhere(~ok)
+        error < torch.clamp(rel_tol * want_out.abs(), min=abs_tol) + bound)
+    bad = torch.nonzero(~ok).tolist()
+    first = tuple(bad[0]) if bad else None
     testcase.assertEqual(len(bad), 0, "out %s: %d elements beyond tolerance + rounding bound, "
                          "first %s: got %r want %r bound %r" % (
-                             what, len(bad), bad[:1].tolist(), got[tuple(bad[0])] if len(bad)
-                             else None, want_out[tuple(bad[0])] if len(bad) else None,
-                             bound[tuple(bad[0])] if len(bad) else None))
+                             what, len(bad), first, got[first].item() if bad else None,
+                             want_out[first].item() if bad else None,
+                             bound[first].item() if bad else None))
     cos = reference.compare(got, want_out, (math.inf, math.inf, cos_tol), "out " + what)
     testcase.assertTrue(cos.passed, str(cos))
     lse_result = reference.compare(lse, want[1], reference.DECODE_LSE, "lse " + what)
@@ -86,7 +86,7 @@ class MergeTest(unittest.TestCase):
                 o, l, _ = reference.attention(
                     problem.q, problem.main.reference_cache(), main[p][0], main[p][1],
                     e.reference_cache() if e else None, extra[p][0], extra[p][1])
-                out_parts[p], lse_parts[p] = torch.from_numpy(o), torch.from_numpy(l)
+                out_parts[p], lse_parts[p] = o, l
             return out_parts.to(device), lse_parts.to(device)
         ctx = dt.context(device) if device != "cpu" else dt.context("cpu", backend="cpu")
         plan = dsv4.Plan(ctx, **problem.plan_options())

@@ -4,8 +4,12 @@ an exception naming the argument before anything is written."""
 import ctypes
 import unittest
 
-import numpy as np
 import torch
+
+try:
+    import numpy as np
+except ImportError:  # (the GPU machines' pip torch may come without it)
+    np = None
 
 import cases
 import dsv4
@@ -128,11 +132,14 @@ class DLPackTest(unittest.TestCase):
         dsv4.Tensor.from_dlpack(producer, stream=0x99)  # no stream protocol defined: none given
         self.assertEqual(producer.calls, [dict(max_version=(1, 1), stream=None)])
 
-    def test_numpy_and_torch_cpu_producers(self):
+    @unittest.skipIf(np is None, "numpy is not installed")
+    def test_numpy_producer(self):
         array = np.arange(6, dtype=np.int32).reshape(2, 3)
         tensor = dsv4.Tensor.from_dlpack(array)
         self.assertEqual((tensor.shape, tensor.dtype, tensor.data),
                          ((2, 3), dsv4.int32, array.ctypes.data))
+
+    def test_torch_cpu_producer(self):
         source = torch.zeros(3, 5, dtype=torch.bfloat16)[:, 1:4]
         tensor = dsv4.Tensor.from_dlpack(source)
         self.assertEqual((tensor.shape, tensor.strides, tensor.dtype, tensor.pointer),
