@@ -158,9 +158,9 @@ struct measured_pick {
   const char* fastest;
 };
 
-// The H200's measured fastest choices (forced tilings and split counts, and the planner's picks
-// logged by DSV4_CUDA_LOG_RUNS). Where a case had several within the noise, the planner's is
-// listed.
+// The H200's measured fastest choices (bench_cuda with forced tilings and split counts, and the
+// planner's picks logged by DSV4_CUDA_LOG_RUNS). Where a case had several within the noise, the
+// planner's is listed.
 TEST(CudaPlanner, H200PicksTheMeasuredFastest) {
   const measured_pick cases[] = {
       {"CONFIG1", 64, 10, kFp8, 2, "sm90-mma h32 x10"},
