@@ -196,65 +196,17 @@ __device__ __forceinline__ void dequant_chunk(const uint8_t* stage, __nv_bfloat1
 }
 
 // ------------------------------------------------------------------------------------------------
-// The attention kernel. HT = 16 * HEAD_TILES heads per CTA; DQK = 512 or 576 (V3.2 layout); F16:
-// caches of the fp16 layout, multiplied as fp16 (Q converted to fp16, P rounded to fp16).
-template <int HEAD_TILES, int DQK, int CHUNK, bool F16 = false>
-__global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
-    attention_kernel(const attention_params p) {
-  constexpr int kWarps = attention_warps(HEAD_TILES, CHUNK);
-  constexpr int kThreads = kWarps * 32;
-  constexpr int HT = HEAD_TILES * kMmaRows;
-  constexpr int G = kWarps / HEAD_TILES;                          // warps per head tile
-  constexpr int KS = attention_qk_dim_splits(HEAD_TILES, CHUNK);  // head-dim parts of Q K^T
-  constexpr int GK = G / KS;                                      // key groups of Q K^T
-  constexpr int NT = CHUNK / 8 / GK;                              // S n-tiles (8 keys) per warp
-  // P V: each warp takes PT head tiles (A fragments) against one slice of V, so a V fragment feeds
-  // PT mmas (64-head tiles: 2 x 64 dims per warp read a third less shared memory than 1 x 128).
-  constexpr int PT = HEAD_TILES >= 2 ? 2 : 1;
-  constexpr int GV = kWarps / (HEAD_TILES / PT);  // value-dim groups
-  constexpr int NV = kHeadDim / 8 / GV;           // O n-tiles (8 dims) per warp
-  static_assert(NT >= 1 && NV >= 2 && (DQK / 16) % KS == 0, "warp tiling");
-  constexpr int TPR = kThreads / HT;  // softmax threads per head row
-  constexpr int KPT = CHUNK / TPR;    // keys per softmax thread
+// The kernel's steps (attention_kernel below): each is inlined where the kernel calls it.
 
-  extern __shared__ __align__(16) uint8_t smem[];
+// The Q tile of token t, heads head0.. (HT rows of DQK dims, qk_stride apart) into shared memory:
+// bf16 (e4m3 widened exactly; fp16 for F16), padding heads zero. Aligned bf16 rows go by cp.async
+// (completed with the first chunk's stage); otherwise one warp per head row.
+template <int HT, int DQK, int kThreads, bool F16>
+__device__ __forceinline__ void load_q_tile(const attention_params& p, __nv_bfloat16* q_s,
+                                            int64_t t, int head0, int tid, int warp, int lane) {
+  constexpr int kWarps = kThreads / 32;
   constexpr int dqk = DQK;
-  constexpr int qk_stride = DQK + kBf16Pad;                           // bf16 elements
-  constexpr smem_map map = make_smem_map(HEAD_TILES, DQK, 0, CHUNK);  // offsets only: stage is last
-  __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem + map.q);
-  __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem + map.k);
-  uint8_t* stage = smem + map.stage;
-  float* s_s = reinterpret_cast<float*>(smem + map.s);
-  __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem + map.p);
-  float* m_s = reinterpret_cast<float*>(smem + map.m);
-  float* l_s = reinterpret_cast<float*>(smem + map.l);
-  float* alpha_s = reinterpret_cast<float*>(smem + map.alpha);
-  float* m_next_s = reinterpret_cast<float*>(smem + map.m_next);    // running max after this chunk
-  float* red_max_s = reinterpret_cast<float*>(smem + map.red_max);  // [key group][row] chunk maxima
-  float* red_sum_s = reinterpret_cast<float*>(smem + map.red_sum);  // [key group][row] sums of P
-  const uint8_t** row_src = reinterpret_cast<const uint8_t**>(smem + map.row_src);
-  const uint8_t** row_scale = reinterpret_cast<const uint8_t**>(smem + map.row_scale);
-  int32_t* next_idx_s =
-      reinterpret_cast<int32_t*>(smem + map.next_idx);  // entries of the chunk after next
-  __shared__ int32_t counts[2];  // candidate counts of the main and the extra list
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Lets the combine kernel (a programmatic dependent launch) start its launch now; it still
-  // waits for this whole grid to finish (griddepcontrol.wait) before reading the partials.
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-  const int tid = threadIdx.x;
-  const int warp = tid / 32;
-  const int lane = tid % 32;
-  const int64_t cta = blockIdx.x;
-  const int split = static_cast<int>(cta % p.num_splits);
-  const int group = static_cast<int>((cta / p.num_splits) % p.head_groups);
-  const int64_t t = cta / (static_cast<int64_t>(p.num_splits) * p.head_groups);
-  const int head0 = group * HT;
-
-  if (tid < 2) counts[tid] = list_count(p, t, tid);  // list_count: device_common.cuh
-  // Q tile -> shared (bf16; e4m3 widened exactly), padding heads zero. Aligned bf16 rows go by
-  // cp.async (completed with the first chunk's stage); otherwise one warp per head row.
+  constexpr int qk_stride = DQK + kBf16Pad;
   if (!F16 && p.q_aligned16) {
     const int units = dqk / 8;
     for (int u = tid; u < HT * units; u += kThreads) {
@@ -291,6 +243,125 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
       }
     }
   }
+}
+
+// The CTA's end, once every warp sees the final m / l: with one split, the normalised rows (sink
+// applied) through a bf16 tile in the free K buffer (o_s) to 16-byte global stores, and lse /
+// max_logits; with several, the split's partials (O, max, sum).
+template <int HT, int PT, int NV, int kThreads>
+__device__ __forceinline__ void finish_rows(const attention_params& p, const float (&o)[PT][NV][4],
+                                            __nv_bfloat16* o_s, const float* m_s, const float* l_s,
+                                            int64_t t, int split, int head0, int pv_tile0, int dim0,
+                                            int tid, int lane) {
+  const int g = lane / 4;
+  const int tig = lane % 4;
+  if (p.num_splits == 1) {
+    // Normalised rows (sink applied) -> bf16 tile in the free K buffer -> 16-byte global stores.
+    constexpr int OS = kHeadDim + kBf16Pad;
+#pragma unroll
+    for (int rh = 0; rh < 2 * PT; ++rh) {
+      const int j = rh / 2;
+      const int half = rh % 2;
+      const int r = (pv_tile0 + j) * 16 + g + 8 * half;
+      const int h = head0 + r;
+      const float factor = row_output_factor(p, h, m_s[r], l_s[r]);
+#pragma unroll
+      for (int n = 0; n < NV; ++n) {
+        const int d = dim0 + n * 8 + 2 * tig;
+        *reinterpret_cast<uint32_t*>(o_s + r * OS + d) =
+            pack_bf16(o[j][n][2 * half] * factor, o[j][n][2 * half + 1] * factor);
+      }
+    }
+    __syncthreads();
+    constexpr int kUnits = kHeadDim / 8;
+    for (int u = tid; u < HT * kUnits; u += kThreads) {
+      const int r = u / kUnits;
+      const int d = (u % kUnits) * 8;
+      const int h = head0 + r;
+      if (h >= p.num_heads) continue;
+      store_out(p, t, h, d, *reinterpret_cast<const uint4*>(o_s + r * OS + d));
+    }
+    if (tid < HT && head0 + tid < p.num_heads)
+      write_row_stats(p, t, head0 + tid, m_s[tid], l_s[tid]);
+  } else {
+    const int64_t base = (t * p.num_splits + split) * p.num_heads;
+#pragma unroll
+    for (int rh = 0; rh < 2 * PT; ++rh) {
+      const int j = rh / 2;
+      const int half = rh % 2;
+      const int h = head0 + (pv_tile0 + j) * 16 + g + 8 * half;
+      if (h >= p.num_heads) continue;
+      float* po = p.partial_o + (base + h) * kHeadDim;
+      static_assert(NV % 2 == 0, "n-tile pairs");
+#pragma unroll
+      for (int n = 0; n < NV; n += 2) {
+        store_partial_pair(po, dim0 + n * 8, tig, o[j][n][2 * half], o[j][n][2 * half + 1],
+                           o[j][n + 1][2 * half], o[j][n + 1][2 * half + 1]);
+      }
+    }
+    if (tid < HT && head0 + tid < p.num_heads)
+      store_split_stats(p, base + head0 + tid, m_s[tid], l_s[tid]);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// The attention kernel. HT = 16 * HEAD_TILES heads per CTA; DQK = 512 or 576 (V3.2 layout); F16:
+// caches of the fp16 layout, multiplied as fp16 (Q converted to fp16, P rounded to fp16).
+template <int HEAD_TILES, int DQK, int CHUNK, bool F16 = false>
+__global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
+    attention_kernel(const attention_params p) {
+  constexpr int kWarps = attention_warps(HEAD_TILES, CHUNK);
+  constexpr int kThreads = kWarps * 32;
+  constexpr int HT = HEAD_TILES * kMmaRows;
+  constexpr int G = kWarps / HEAD_TILES;                          // warps per head tile
+  constexpr int KS = attention_qk_dim_splits(HEAD_TILES, CHUNK);  // head-dim parts of Q K^T
+  constexpr int GK = G / KS;                                      // key groups of Q K^T
+  constexpr int NT = CHUNK / 8 / GK;                              // S n-tiles (8 keys) per warp
+  // P V: each warp takes PT head tiles (A fragments) against one slice of V, so a V fragment feeds
+  // PT mmas (64-head tiles: 2 x 64 dims per warp read a third less shared memory than 1 x 128).
+  constexpr int PT = HEAD_TILES >= 2 ? 2 : 1;
+  constexpr int GV = kWarps / (HEAD_TILES / PT);  // value-dim groups
+  constexpr int NV = kHeadDim / 8 / GV;           // O n-tiles (8 dims) per warp
+  static_assert(NT >= 1 && NV >= 2 && (DQK / 16) % KS == 0, "warp tiling");
+  constexpr int TPR = kThreads / HT;  // softmax threads per head row
+  constexpr int KPT = CHUNK / TPR;    // keys per softmax thread
+
+  extern __shared__ __align__(16) uint8_t smem[];
+  constexpr int qk_stride = DQK + kBf16Pad;                           // bf16 elements
+  constexpr smem_map map = make_smem_map(HEAD_TILES, DQK, 0, CHUNK);  // offsets only: stage is last
+  __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem + map.q);
+  __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem + map.k);
+  uint8_t* stage = smem + map.stage;
+  float* s_s = reinterpret_cast<float*>(smem + map.s);
+  __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem + map.p);
+  float* m_s = reinterpret_cast<float*>(smem + map.m);
+  float* l_s = reinterpret_cast<float*>(smem + map.l);
+  float* alpha_s = reinterpret_cast<float*>(smem + map.alpha);
+  float* m_next_s = reinterpret_cast<float*>(smem + map.m_next);    // running max after this chunk
+  float* red_max_s = reinterpret_cast<float*>(smem + map.red_max);  // [key group][row] chunk maxima
+  float* red_sum_s = reinterpret_cast<float*>(smem + map.red_sum);  // [key group][row] sums of P
+  const uint8_t** row_src = reinterpret_cast<const uint8_t**>(smem + map.row_src);
+  const uint8_t** row_scale = reinterpret_cast<const uint8_t**>(smem + map.row_scale);
+  int32_t* next_idx_s =
+      reinterpret_cast<int32_t*>(smem + map.next_idx);  // entries of the chunk after next
+  __shared__ int32_t counts[2];  // candidate counts of the main and the extra list
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Lets the combine kernel (a programmatic dependent launch) start its launch now; it still
+  // waits for this whole grid to finish (griddepcontrol.wait) before reading the partials.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int64_t cta = blockIdx.x;
+  const int split = static_cast<int>(cta % p.num_splits);
+  const int group = static_cast<int>((cta / p.num_splits) % p.head_groups);
+  const int64_t t = cta / (static_cast<int64_t>(p.num_splits) * p.head_groups);
+  const int head0 = group * HT;
+
+  if (tid < 2) counts[tid] = list_count(p, t, tid);  // list_count: device_common.cuh
+  load_q_tile<HT, DQK, kThreads, F16>(p, q_s, t, head0, tid, warp, lane);
   if (tid < HT) {
     m_s[tid] = -INFINITY;
     l_s[tid] = 0.0f;
@@ -626,54 +697,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   }
   __syncthreads();  // final m / l visible to every warp
 
-  if (p.num_splits == 1) {
-    // Normalised rows (sink applied) -> bf16 tile in the free K buffer -> 16-byte global stores.
-    constexpr int OS = kHeadDim + kBf16Pad;
-    __nv_bfloat16* o_s = k_s;
-#pragma unroll
-    for (int rh = 0; rh < 2 * PT; ++rh) {
-      const int j = rh / 2;
-      const int half = rh % 2;
-      const int r = (pv_tile0 + j) * 16 + g + 8 * half;
-      const int h = head0 + r;
-      const float factor = row_output_factor(p, h, m_s[r], l_s[r]);
-#pragma unroll
-      for (int n = 0; n < NV; ++n) {
-        const int d = dim0 + n * 8 + 2 * tig;
-        *reinterpret_cast<uint32_t*>(o_s + r * OS + d) =
-            pack_bf16(o[j][n][2 * half] * factor, o[j][n][2 * half + 1] * factor);
-      }
-    }
-    __syncthreads();
-    constexpr int kUnits = kHeadDim / 8;
-    for (int u = tid; u < HT * kUnits; u += kThreads) {
-      const int r = u / kUnits;
-      const int d = (u % kUnits) * 8;
-      const int h = head0 + r;
-      if (h >= p.num_heads) continue;
-      store_out(p, t, h, d, *reinterpret_cast<const uint4*>(o_s + r * OS + d));
-    }
-    if (tid < HT && head0 + tid < p.num_heads)
-      write_row_stats(p, t, head0 + tid, m_s[tid], l_s[tid]);
-  } else {
-    const int64_t base = (t * p.num_splits + split) * p.num_heads;
-#pragma unroll
-    for (int rh = 0; rh < 2 * PT; ++rh) {
-      const int j = rh / 2;
-      const int half = rh % 2;
-      const int h = head0 + (pv_tile0 + j) * 16 + g + 8 * half;
-      if (h >= p.num_heads) continue;
-      float* po = p.partial_o + (base + h) * kHeadDim;
-      static_assert(NV % 2 == 0, "n-tile pairs");
-#pragma unroll
-      for (int n = 0; n < NV; n += 2) {
-        store_partial_pair(po, dim0 + n * 8, tig, o[j][n][2 * half], o[j][n][2 * half + 1],
-                           o[j][n + 1][2 * half], o[j][n + 1][2 * half + 1]);
-      }
-    }
-    if (tid < HT && head0 + tid < p.num_heads)
-      store_split_stats(p, base + head0 + tid, m_s[tid], l_s[tid]);
-  }
+  finish_rows<HT, PT, NV, kThreads>(p, o, k_s, m_s, l_s, t, split, head0, pv_tile0, dim0, tid,
+                                    lane);
 }
 
 // Sum (kMax false) or max of v over the CTA's 128 threads (red: 4 floats of shared memory).
