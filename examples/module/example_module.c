@@ -1,6 +1,6 @@
 /*
  * An out-of-tree libdsv4 backend module, built against the installed module SDK only
- * (find_package(dsv4 COMPONENTS module) -> dsv4::module, or pkg-config dsv4-module).
+ * (find_package(dsv4 COMPONENTS module_sdk) -> dsv4::module_sdk, or pkg-config dsv4-module).
  *
  * It serves the CPU under the name "example" with probe score 1, so libdsv4 picks it only when
  * asked by name (options.backend = "example" or DSV4_BACKEND=example), and computes explicit-mode

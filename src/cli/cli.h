@@ -43,8 +43,9 @@ class Console {
   // The last library call failed with `status`: its thread-local message (which names the
   // function and the argument) and the status name, once; returns kExitFailure.
   int library_error(const char* function, dsv4_status status);
-  // The warnings the library logged so far (for --json).
+  // The warnings the library logged so far, and the last error said (for --json).
   const std::vector<std::string>& warnings() const { return warnings_; }
+  const std::string& last_error() const { return last_error_; }
 
   std::string command = "dsv4";  // prefix of error lines
 
@@ -52,6 +53,7 @@ class Console {
   Progress progress_;
   std::set<std::string> said_;
   std::vector<std::string> warnings_;
+  std::string last_error_;
   std::vector<std::string>* capture_ = nullptr;
 };
 

@@ -54,10 +54,20 @@ int command_info(CommonOptions common, int argc, char** argv) {
   Console console(common);
   console.command = "dsv4 info";
 
+  // With --json, a failure still ends in a document with the error.
+  const auto failed = [&](int status) {
+    if (common.json) {
+      json doc;
+      doc["error"] = console.last_error();
+      doc["warnings"] = console.warnings();
+      std::printf("%s\n", doc.dump(2).c_str());
+    }
+    return status;
+  };
   const dsv4_ctx_options options = make_ctx_options(common, &console);
   int32_t count = 0;
   dsv4_status st = dsv4_enumerate_backends(&options, nullptr, 0, &count);
-  if (st != DSV4_STATUS_OK) return console.library_error("dsv4_enumerate_backends", st);
+  if (st != DSV4_STATUS_OK) return failed(console.library_error("dsv4_enumerate_backends", st));
   std::vector<dsv4_backend_info> modules(static_cast<size_t>(count));
   for (auto& m : modules) {
     std::memset(&m, 0, sizeof m);
@@ -65,7 +75,7 @@ int command_info(CommonOptions common, int argc, char** argv) {
   }
   int32_t filled = 0;
   st = dsv4_enumerate_backends(&options, modules.data(), count, &filled);
-  if (st != DSV4_STATUS_OK) return console.library_error("dsv4_enumerate_backends", st);
+  if (st != DSV4_STATUS_OK) return failed(console.library_error("dsv4_enumerate_backends", st));
   if (filled < count) modules.resize(static_cast<size_t>(filled));
 
   struct Device {
@@ -80,7 +90,7 @@ int command_info(CommonOptions common, int argc, char** argv) {
       std::memset(&d, 0, sizeof d);
       d.struct_size = sizeof d;
       st = dsv4_get_device_info(&options, m.name, i, &d);
-      if (st != DSV4_STATUS_OK) return console.library_error("dsv4_get_device_info", st);
+      if (st != DSV4_STATUS_OK) return failed(console.library_error("dsv4_get_device_info", st));
       devices.push_back({m.name, d});
     }
   }
@@ -97,7 +107,7 @@ int command_info(CommonOptions common, int argc, char** argv) {
     sel.info.struct_size = sizeof sel.info;
     st = dsv4_ctx_get_info(ctx, &sel.info);
     dsv4_ctx_destroy(ctx);
-    if (st != DSV4_STATUS_OK) return console.library_error("dsv4_ctx_get_info", st);
+    if (st != DSV4_STATUS_OK) return failed(console.library_error("dsv4_ctx_get_info", st));
     sel.ok = true;
   } else {
     sel.error = std::string(dsv4_last_error_message()) + " [" + dsv4_status_string(st) + "]";

@@ -86,6 +86,7 @@ void Console::log_sink(int32_t level, const char* message, void* user_data) {
 }
 
 int Console::error(const std::string& message) {
+  last_error_ = message;
   if (said_.insert(message).second) {
     progress_.clear();
     std::fprintf(stderr, "%s: %s\n", command.c_str(), message.c_str());
