@@ -57,12 +57,22 @@ def run(cmd, cwd, env, what):
 
 
 def copy_source(source, dest):
-    """The source tree without build directories or VCS data (the README's commands run in it)."""
-    def ignore(directory, names):
-        top = Path(directory) == source
-        return [n for n in names
-                if n == "__pycache__" or (top and (n.startswith("build") or n.startswith(".git")))]
-    shutil.copytree(source, dest, ignore=ignore, symlinks=True)
+    """The source tree as the README's commands see it: the files git would commit (tracked or
+    not ignored), or, outside a git checkout, everything but build directories."""
+    p = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                       cwd=source, capture_output=True)
+    if p.returncode != 0:
+        def ignore(directory, names):
+            top = Path(directory) == source
+            return [n for n in names if n == "__pycache__" or (top and n.startswith("build"))]
+        shutil.copytree(source, dest, ignore=ignore, symlinks=True)
+        return
+    for name in p.stdout.decode().split("\0"):
+        path = source / name
+        if not name or not (path.is_file() or path.is_symlink()):
+            continue  # deleted in the working tree
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dest / name, follow_symlinks=False)
 
 
 def write_snippet(snippets, title, directory, prefixes):
