@@ -376,6 +376,7 @@ bool run_layer(dsv4_ctx* ctx, DeviceMemory& mem, const ModelConfig& model, const
   // every position still inside some query's window, and every completed compressed entry.
   std::vector<int32_t> slots;
   for (int64_t r = 0; r < R; ++r) {
+    progress.detail("request " + std::to_string(r + 1) + " of " + std::to_string(R));
     const int32_t* swa_row = &b.swa_block_table[static_cast<size_t>(r * b.swa_bt_cols)];
     const int64_t first_pos = shape.seq_len[r] - shape.query_len[r];
     slots.clear();
