@@ -17,6 +17,8 @@ constexpr uint32_t kLayoutBf16 = 1;
 constexpr uint32_t kLayoutV4 = 2;         // 584 B, block-major
 constexpr uint32_t kLayoutV32 = 3;        // 656 B, token-major
 constexpr uint32_t kLayoutPerTensor = 4;  // 512 x e4m3 per entry
+constexpr uint32_t kLayoutFp16 = 5;       // 512 x binary16 per entry
+constexpr uint32_t kFlagFnuz = 1;         // FP8 bytes are e4m3 FNUZ
 
 constexpr int64_t kDv = 512;
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -41,10 +43,18 @@ void decode_entry_into(const RefCache& c, int64_t slot, double* out) {
   const int64_t block = slot / c.block_size;
   const int64_t e = slot % c.block_size;
   const uint8_t* block_base = c.base + block * c.block_stride_bytes;
+  const auto fp8 = [&](uint8_t b) {
+    return (c.flags & kFlagFnuz) != 0 ? ref_e4m3fnuz_to_double(b) : ref_e4m3fn_to_double(b);
+  };
   switch (c.layout) {
     case kLayoutBf16: {  // spec 3.3: 512 x bf16 at e*1024
       const uint8_t* p = block_base + e * 1024;
       for (int64_t d = 0; d < kDv; ++d) out[d] = ref_bf16_to_double(load_u16_le(p + 2 * d));
+      break;
+    }
+    case kLayoutFp16: {  // spec 12.1: 512 x IEEE binary16 at e*1024
+      const uint8_t* p = block_base + e * 1024;
+      for (int64_t d = 0; d < kDv; ++d) out[d] = ref_fp16_to_double(load_u16_le(p + 2 * d));
       break;
     }
     case kLayoutV4: {  // spec 3.2: data at e*576 (448 e4m3 + 64 bf16), scales at B*576 + e*8
@@ -52,7 +62,7 @@ void decode_entry_into(const RefCache& c, int64_t slot, double* out) {
       const uint8_t* scales = block_base + c.block_size * 576 + e * 8;
       for (int64_t d = 0; d < 448; ++d) {
         const double s = ref_ue8m0_to_double(scales[d / 64]);
-        out[d] = ref_round_to_bf16(ref_e4m3fn_to_double(data[d]) * s);
+        out[d] = ref_round_to_bf16(fp8(data[d]) * s);
       }
       for (int64_t j = 0; j < 64; ++j)
         out[448 + j] = ref_bf16_to_double(load_u16_le(data + 448 + 2 * j));
@@ -62,7 +72,7 @@ void decode_entry_into(const RefCache& c, int64_t slot, double* out) {
       const uint8_t* p = block_base + e * 656;
       for (int64_t d = 0; d < 512; ++d) {
         const double s = static_cast<double>(load_f32_le(p + 512 + 4 * (d / 128)));
-        out[d] = ref_round_to_bf16(ref_e4m3fn_to_double(p[d]) * s);
+        out[d] = ref_round_to_bf16(fp8(p[d]) * s);
       }
       for (int64_t j = 0; j < 64; ++j)
         out[512 + j] = ref_bf16_to_double(load_u16_le(p + 528 + 2 * j));
@@ -70,7 +80,7 @@ void decode_entry_into(const RefCache& c, int64_t slot, double* out) {
     }
     case kLayoutPerTensor: {  // spec 3.4: 512 x e4m3 at e*512, value = fp8 * kv_scale
       const uint8_t* p = block_base + e * 512;
-      for (int64_t d = 0; d < kDv; ++d) out[d] = ref_e4m3fn_to_double(p[d]) * c.kv_scale;
+      for (int64_t d = 0; d < kDv; ++d) out[d] = fp8(p[d]) * c.kv_scale;
       break;
     }
     default:
@@ -139,6 +149,48 @@ double ref_e4m3fn_to_double(uint8_t bits) {
   return sign * std::ldexp(8.0 + mantissa, exponent - 7 - 3);                      // 1.m * 2^(e-7)
 }
 
+double ref_e4m3fnuz_to_double(uint8_t bits) {
+  // e4m3 FNUZ: sign, 4 exponent bits (bias 8), 3 mantissa bits; 0x80 is the only NaN (no -0, no
+  // infinities).
+  if (bits == 0x80) return kNaN;
+  const double sign = (bits & 0x80) ? -1.0 : 1.0;
+  const int exponent = (bits >> 3) & 0xf;
+  const int mantissa = bits & 0x7;
+  if (exponent == 0) return sign * std::ldexp(static_cast<double>(mantissa), -10);  // m/8 * 2^-7
+  return sign * std::ldexp(8.0 + mantissa, exponent - 8 - 3);                       // 1.m * 2^(e-8)
+}
+
+double ref_fp16_to_double(uint16_t bits) {
+  // IEEE binary16: sign, 5 exponent bits (bias 15), 10 mantissa bits.
+  const double sign = (bits & 0x8000) ? -1.0 : 1.0;
+  const int exponent = (bits >> 10) & 0x1f;
+  const int mantissa = bits & 0x3ff;
+  if (exponent == 0x1f) return mantissa != 0 ? kNaN : sign * kInf;
+  if (exponent == 0) return sign * std::ldexp(static_cast<double>(mantissa), -24);
+  return sign * std::ldexp(1024.0 + mantissa, exponent - 15 - 10);
+}
+
+uint16_t ref_double_to_fp16(double x) {
+  // Round to nearest even by searching the 2^16 codes would be slow; use the structure instead:
+  // the binary16 values are m * 2^(e-25) with 1024 <= m < 2048 (normal) or m * 2^-24 (subnormal).
+  if (std::isnan(x)) return 0x7e00;
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const double a = std::fabs(x);
+  if (a >= 65520.0) return static_cast<uint16_t>(sign | 0x7c00);  // rounds to infinity
+  int e = 0;
+  std::frexp(a, &e);                              // a = f * 2^e, 0.5 <= f < 1
+  const int quantum_exp = std::max(e - 11, -24);  // spacing of the binary16 grid near a
+  const double q = std::ldexp(1.0, quantum_exp);
+  double m = std::nearbyint(a / q);  // the default rounding mode is to nearest even
+  double r = m * q;
+  if (r >= 65520.0) return static_cast<uint16_t>(sign | 0x7c00);
+  if (r < std::ldexp(1.0, -14)) return static_cast<uint16_t>(sign | static_cast<uint16_t>(m));
+  int re = 0;
+  const double rf = std::frexp(r, &re);  // r = rf * 2^re
+  const int mant = static_cast<int>(std::ldexp(rf, 11)) - 1024;
+  return static_cast<uint16_t>(sign | ((re - 1 + 15) << 10) | mant);
+}
+
 double ref_ue8m0_to_double(uint8_t bits) {
   if (bits == 0xff) return kNaN;
   return std::ldexp(1.0, static_cast<int>(bits) - 127);
@@ -147,6 +199,7 @@ double ref_ue8m0_to_double(uint8_t bits) {
 int64_t ref_layout_head_dim_qk(uint32_t layout) {
   switch (layout) {
     case kLayoutBf16:
+    case kLayoutFp16:
     case kLayoutV4:
     case kLayoutPerTensor:
       return 512;
@@ -160,6 +213,7 @@ int64_t ref_layout_head_dim_qk(uint32_t layout) {
 int64_t ref_layout_bytes_per_token(uint32_t layout) {
   switch (layout) {
     case kLayoutBf16:
+    case kLayoutFp16:
       return 1024;
     case kLayoutV4:
       return 584;

@@ -16,6 +16,7 @@ struct RefCache {
   int64_t block_stride_bytes = 0;
   int64_t num_blocks = 0;
   double kv_scale = 1.0;  // per-tensor FP8 only
+  uint32_t flags = 0;     // DSV4_KV_CACHE_FLAG_* (FP8 FNUZ bytes)
 };
 
 // One candidate list of one token: raw index values as the caller wrote them, and the length cap
@@ -53,14 +54,18 @@ std::vector<double> reference_decode_entry(const RefCache& c, int64_t slot);
 
 // Independent scalar codecs (spec section 3), for tests that build inputs or read outputs.
 double ref_bf16_to_double(uint16_t bits);
-uint16_t ref_double_to_bf16(double x);      // round to nearest even; NaN -> quiet NaN
-double ref_round_to_bf16(double x);         // nearest bf16 value (RNE), as a double
-double ref_e4m3fn_to_double(uint8_t bits);  // OCP float8_e4m3fn; 0x7f / 0xff are NaN
-double ref_ue8m0_to_double(uint8_t bits);   // 2^(bits-127); 0xff is NaN
+uint16_t ref_double_to_bf16(double x);        // round to nearest even; NaN -> quiet NaN
+double ref_round_to_bf16(double x);           // nearest bf16 value (RNE), as a double
+double ref_e4m3fn_to_double(uint8_t bits);    // OCP float8_e4m3fn; 0x7f / 0xff are NaN
+double ref_e4m3fnuz_to_double(uint8_t bits);  // e4m3 FNUZ (bias 8); 0x80 is the only NaN
+double ref_fp16_to_double(uint16_t bits);     // IEEE binary16
+uint16_t ref_double_to_fp16(double x);        // round to nearest even; beyond 65504 -> +-inf
+double ref_ue8m0_to_double(uint8_t bits);     // 2^(bits-127); 0xff is NaN
 
 // head_dim_qk of a layout (576 for the V3.2 656 B layout, else 512); 0 for an unknown layout.
 int64_t ref_layout_head_dim_qk(uint32_t layout);
-// Bytes of one entry (1024, 584, 656, 512) and the smallest block stride for `block_size` entries.
+// Bytes of one entry (1024, 584, 656, 512, 1024) and the smallest block stride for `block_size`
+// entries.
 int64_t ref_layout_bytes_per_token(uint32_t layout);
 int64_t ref_layout_min_block_bytes(uint32_t layout, int64_t block_size);
 

@@ -1,4 +1,5 @@
-// Number codecs shared by every backend: bf16, FP8 e4m3fn (OCP) and UE8M0 scales.
+// Number codecs shared by every backend: bf16, fp16, FP8 e4m3 (OCP e4m3fn and FNUZ) and UE8M0
+// scales.
 // Bit-exact, branch-light, host/device. Written once; never re-implement these in a backend.
 #pragma once
 
@@ -35,6 +36,39 @@ DSV4_HD uint16_t f32_to_bf16(float x) {
 // Rounds an fp32 to the nearest bf16 value, returned as fp32.
 DSV4_HD float round_to_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
+// IEEE binary16 -> fp32, exact (subnormals, infinities, NaN payload kept in its top bits).
+DSV4_HD float fp16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t man = h & 0x3ffu;
+  if (exp == 0x1fu) return f32_from_bits(sign | 0x7f800000u | (man << 13));
+  if (exp == 0) {
+    // subnormal: man * 2^-24, exact in fp32
+    const float mag = static_cast<float>(man) * (1.0f / 16777216.0f);
+    return f32_from_bits(f32_bits(mag) | sign);
+  }
+  return f32_from_bits(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+// Round-to-nearest-even narrowing to binary16; beyond the largest finite value (65504) rounds to
+// +-inf, as ggml's and every hardware conversion does; NaN stays a quiet NaN.
+DSV4_HD uint16_t f32_to_fp16(float x) {
+  const uint32_t u = f32_bits(x);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520: rounds to inf
+  if (a < 0x38800000u) {                                               // < 2^-14: subnormal range
+    const float v = f32_from_bits(a) * 16777216.0f;                    // exact, in [0, 1024)
+    uint32_t i = static_cast<uint32_t>(v);
+    const float frac = v - static_cast<float>(i);
+    if (frac > 0.5f || (frac == 0.5f && (i & 1u))) ++i;  // i == 1024 is the min normal
+    return static_cast<uint16_t>(sign | i);
+  }
+  const uint32_t r = a + 0xfffu + ((a >> 13) & 1u);  // RNE to 10 mantissa bits
+  return static_cast<uint16_t>(sign | (((r >> 23) - 112u) << 10) | ((r >> 13) & 0x3ffu));
+}
+
 // e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa; no infinities; S.1111.111 is NaN; max 448.
 DSV4_HD float fp8_e4m3_to_f32(uint8_t b) {
   const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
@@ -47,6 +81,26 @@ DSV4_HD float fp8_e4m3_to_f32(uint8_t b) {
     return f32_from_bits(f32_bits(mag) | sign);
   }
   return f32_from_bits(sign | ((exp + 120u) << 23) | (man << 20));
+}
+
+// e4m3 FNUZ (ROCm's flavour on gfx942): exponent bias 8, no infinities, no negative zero: 0x80 is
+// the only NaN; every other byte is half the e4m3fn value of the same bits (max 240).
+DSV4_HD float fp8_e4m3fnuz_to_f32(uint8_t b) {
+  if (b == 0x80u) return f32_from_bits(0x7fc00000u);
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 3) & 0xfu;
+  const uint32_t man = b & 0x7u;
+  if (exp == 0) {
+    // subnormal: man * 2^-10, exact in fp32
+    const float mag = static_cast<float>(man) * (1.0f / 1024.0f);
+    return f32_from_bits(f32_bits(mag) | sign);
+  }
+  return f32_from_bits(sign | ((exp + 119u) << 23) | (man << 20));
+}
+
+// An FP8 cache byte in the cache's flavour (fnuz: DSV4_KV_CACHE_FLAG_FP8_FNUZ).
+DSV4_HD float fp8_to_f32(uint8_t b, bool fnuz) {
+  return fnuz ? fp8_e4m3fnuz_to_f32(b) : fp8_e4m3_to_f32(b);
 }
 
 // Saturating round-to-nearest-even encoding (the "satfinite" cvt): |x| beyond 448 -> 448,

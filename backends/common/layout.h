@@ -26,12 +26,23 @@ constexpr float kFp8Max = 448.0f;
 
 DSV4_HD bool layout_is_known(uint32_t layout) {
   return layout == DSV4_KV_LAYOUT_BF16 || layout == DSV4_KV_LAYOUT_FP8_V4_584B ||
-         layout == DSV4_KV_LAYOUT_FP8_V32_656B || layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+         layout == DSV4_KV_LAYOUT_FP8_V32_656B || layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR ||
+         layout == DSV4_KV_LAYOUT_FP16;
 }
+
+// Layouts whose entries hold FP8 bytes (the only ones DSV4_KV_CACHE_FLAG_FP8_FNUZ applies to).
+DSV4_HD bool layout_is_fp8(uint32_t layout) {
+  return layout == DSV4_KV_LAYOUT_FP8_V4_584B || layout == DSV4_KV_LAYOUT_FP8_V32_656B ||
+         layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+}
+
+// Every cache flag this library knows.
+constexpr uint32_t kKnownCacheFlags = DSV4_KV_CACHE_FLAG_FP8_FNUZ;
 
 DSV4_HD int layout_bytes_per_token(uint32_t layout) {
   switch (layout) {
     case DSV4_KV_LAYOUT_BF16:
+    case DSV4_KV_LAYOUT_FP16:
       return 2 * kHeadDim;
     case DSV4_KV_LAYOUT_FP8_V4_584B:
       return kV4TokenBytes;
@@ -78,17 +89,24 @@ DSV4_HD slot_address split_slot(int64_t slot, int64_t block_size) {
   return slot_address{slot / block_size, slot % block_size};
 }
 
-// Dequantises one cache entry to fp32, every value rounded to bf16 (spec 3.2: the products are
-// bf16-exact for every scale the writer produces, so this equals FlashMLA's bf16 multiply).
+// Dequantises one cache entry to fp32, every FP8 product rounded to bf16 (spec 3.2: the products
+// are bf16-exact for every scale the writer produces, so this equals FlashMLA's bf16 multiply).
 // out receives layout_head_dim_qk(layout) values. Per-tensor FP8 returns the raw e4m3 values; the
-// caller applies kv_scale to logits and outputs (that is how the fused kernels fold it).
-DSV4_HD void dequant_entry(uint32_t layout, const uint8_t* block_base, int64_t block_size,
-                           int64_t e, float* out) {
+// caller applies kv_scale to logits and outputs (that is how the fused kernels fold it). `flags`:
+// the cache's DSV4_KV_CACHE_FLAG_* (the FP8 flavour).
+DSV4_HD void dequant_entry(uint32_t layout, uint32_t flags, const uint8_t* block_base,
+                           int64_t block_size, int64_t e, float* out) {
   const uint8_t* p = block_base + entry_data_offset(layout, e);
+  const bool fnuz = (flags & DSV4_KV_CACHE_FLAG_FP8_FNUZ) != 0;
   switch (layout) {
     case DSV4_KV_LAYOUT_BF16: {
       for (int d = 0; d < kHeadDim; ++d)
         out[d] = bf16_to_f32(static_cast<uint16_t>(p[2 * d] | (p[2 * d + 1] << 8)));
+      break;
+    }
+    case DSV4_KV_LAYOUT_FP16: {
+      for (int d = 0; d < kHeadDim; ++d)
+        out[d] = fp16_to_f32(static_cast<uint16_t>(p[2 * d] | (p[2 * d + 1] << 8)));
       break;
     }
     case DSV4_KV_LAYOUT_FP8_V4_584B: {
@@ -97,7 +115,7 @@ DSV4_HD void dequant_entry(uint32_t layout, const uint8_t* block_base, int64_t b
         const float s = ue8m0_to_f32(sc[k]);
         for (int j = 0; j < kV4TileDim; ++j) {
           const int d = k * kV4TileDim + j;
-          out[d] = round_to_bf16(fp8_e4m3_to_f32(p[d]) * s);
+          out[d] = round_to_bf16(fp8_to_f32(p[d], fnuz) * s);
         }
       }
       const uint8_t* r = p + kNopeDim;
@@ -111,7 +129,7 @@ DSV4_HD void dequant_entry(uint32_t layout, const uint8_t* block_base, int64_t b
         memcpy(&s, p + kHeadDim + 4 * k, sizeof s);
         for (int j = 0; j < kV32TileDim; ++j) {
           const int d = k * kV32TileDim + j;
-          out[d] = round_to_bf16(fp8_e4m3_to_f32(p[d]) * s);
+          out[d] = round_to_bf16(fp8_to_f32(p[d], fnuz) * s);
         }
       }
       const uint8_t* r = p + kHeadDim + 4 * kV32Tiles;
@@ -120,7 +138,7 @@ DSV4_HD void dequant_entry(uint32_t layout, const uint8_t* block_base, int64_t b
       break;
     }
     case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR: {
-      for (int d = 0; d < kHeadDim; ++d) out[d] = fp8_e4m3_to_f32(p[d]);
+      for (int d = 0; d < kHeadDim; ++d) out[d] = fp8_to_f32(p[d], fnuz);
       break;
     }
     default:
@@ -133,6 +151,7 @@ DSV4_HD void dequant_entry(uint32_t layout, const uint8_t* block_base, int64_t b
 //                     byte = clamp(e+127, 0, 255), q = e4m3_satfinite(clamp(x * 2^-e, +-448)),
 //                     pad byte 0, RoPE dims stored as bf16.
 //   bf16 (3.3):       bf16(values).
+//   fp16 (12.1):      fp16(values), RNE, beyond +-65504 -> +-inf.
 //   per-tensor (3.4): e4m3_satfinite(clamp(values * (1/kv_scale), +-448)) from the fp32 values.
 //   656 B (3.5):      x = bf16(values); per 128-dim tile scale = 2^ceil(log2(max(amax/448, 1e-4)))
 //                     stored as fp32, q = e4m3(x / scale); RoPE dims 512..575 as bf16.
@@ -144,6 +163,14 @@ DSV4_HD void quantize_entry(uint32_t layout, uint8_t* block_base, int64_t block_
     case DSV4_KV_LAYOUT_BF16: {
       for (int d = 0; d < kHeadDim; ++d) {
         const uint16_t h = f32_to_bf16(values[d]);
+        p[2 * d] = static_cast<uint8_t>(h & 0xff);
+        p[2 * d + 1] = static_cast<uint8_t>(h >> 8);
+      }
+      break;
+    }
+    case DSV4_KV_LAYOUT_FP16: {
+      for (int d = 0; d < kHeadDim; ++d) {
+        const uint16_t h = f32_to_fp16(values[d]);
         p[2 * d] = static_cast<uint8_t>(h & 0xff);
         p[2 * d + 1] = static_cast<uint8_t>(h >> 8);
       }

@@ -20,20 +20,34 @@ namespace dsv4 {
 constexpr int32_t kC128Ratio = 128;
 constexpr int32_t kC4Ratio = 4;
 
-// Static per-plan geometry of the paged builders (from dsv4_plan_options and the caches).
+// Static per-plan geometry of the paged builders (from dsv4_mod_plan: paged_geometry_of).
 struct paged_geometry {
-  int32_t ratio;             // <= 1 SWA-only, 4 C4A, 128 C128A
+  int32_t ratio;             // 1 SWA-only, 4 C4A, 128 C128A
   int32_t window;            // W
   int32_t swa_block_size;    // SWA tokens per block
-  int32_t cmp_block_size;    // compressed entries per block
+  int32_t cmp_block_size;    // compressed entries per block (1 for SWA-only layers)
   int32_t cmp_width;         // compressed list width: 0, index_topk or the C128A width
   int32_t decode_threshold;  // query_len <= this (before the first prefill) = decode
 };
 
-// C128A list width round_up(ceil(max_model_len / 128), 128) (spec 4.5).
+// C128A list width round_up(ceil(max_model_len / 128), 128) (spec 4.5), for any max_model_len >= 0
+// without overflow (INT64_MAX, an engine's "no limit", gives 2^56; the host rejects widths that do
+// not fit its int32 lists).
 DSV4_HD int64_t c128a_width(int64_t max_model_len) {
-  const int64_t entries = (max_model_len + kC128Ratio - 1) / kC128Ratio;
-  return (entries + 127) / 128 * 128;
+  const int64_t entries = max_model_len / kC128Ratio + (max_model_len % kC128Ratio != 0 ? 1 : 0);
+  return entries / 128 * 128 + (entries % 128 != 0 ? 128 : 0);
+}
+
+// The builders' geometry of a paged plan.
+DSV4_HD paged_geometry paged_geometry_of(const dsv4_mod_plan& p) {
+  paged_geometry g;
+  g.ratio = p.compress_ratio;
+  g.window = p.window;
+  g.swa_block_size = p.cache[0].block_size;
+  g.cmp_block_size = p.compress_ratio > 1 ? p.cache[1].block_size : 1;
+  g.cmp_width = p.cmp_width;
+  g.decode_threshold = p.decode_threshold;
+  return g;
 }
 
 DSV4_HD bool paged_is_c4a(const paged_geometry& g) { return g.ratio == kC4Ratio; }

@@ -7,6 +7,7 @@
 
 #include "common/index.h"
 #include "common/layout.h"
+#include "common/softmax.h"
 #include "host.h"
 
 #ifndef DSV4_CPU_MUTATION
@@ -103,13 +104,13 @@ float value_multiplier(const dsv4_mod_cache& c) {
 
 }  // namespace
 
-attention_kernel::attention_kernel(const dsv4_plan_options& options, candidate_limits limits,
+attention_kernel::attention_kernel(const dsv4_mod_plan& plan, candidate_limits limits,
                                    int num_workers)
-    : options_(options),
+    : plan_(plan),
       limits_(limits),
-      d_qk_(options.head_dim_qk),
+      d_qk_(plan.head_dim_qk),
       max_candidates_(std::max<int64_t>(1, limits.main + limits.extra)),
-      q_is_fp8_(dtype_is_fp8(options.q_dtype)),
+      q_is_fp8_(dtype_is_fp8(plan.q_dtype)),
       num_workers_(std::max(1, num_workers)) {
   const size_t m = static_cast<size_t>(max_candidates_);
   const size_t d = static_cast<size_t>(d_qk_);
@@ -188,7 +189,6 @@ dsv4_status attention_kernel::check_list(const dsv4_mod_run& run, const dsv4_mod
 }
 
 attention_kernel::value_scales attention_kernel::scales_of(const dsv4_mod_run& run) const {
-  const float logit_scale = options_.softmax_scale * (q_is_fp8_ ? options_.q_scale : 1.0f);
   const float swa_mult = value_multiplier(run.swa_cache);
   const bool has_extra =
       run.extra_list.indices != nullptr && run.extra_cache.layout != DSV4_KV_LAYOUT_NONE;
@@ -197,8 +197,8 @@ attention_kernel::value_scales attention_kernel::scales_of(const dsv4_mod_run& r
   // One common multiplier is folded into the output (as the fused FP8 kernels do); mixed caches
   // weight each row instead.
   v.out = swa_mult == extra_mult ? swa_mult : 1.0f;
-  v.logit[0] = logit_scale * swa_mult;
-  v.logit[1] = logit_scale * extra_mult;
+  v.logit[0] = plan_.logit_scale[0];
+  v.logit[1] = has_extra ? plan_.logit_scale[1] : plan_.logit_scale[0];
   v.weight[0] = swa_mult / v.out;
   v.weight[1] = extra_mult / v.out;
   return v;
@@ -227,7 +227,7 @@ int64_t attention_kernel::gather(const dsv4_mod_run& run, const value_scales& v,
 #endif
       int64_t entry;
       const uint8_t* block = slot_block_base(cache, idx, &entry);
-      dequant_entry(cache.layout, block, cache.block_size, entry, s.keys + n * d_qk_);
+      dequant_entry(cache.layout, cache.flags, block, cache.block_size, entry, s.keys + n * d_qk_);
       s.logit_mult[n] = v.logit[l];
       s.weight[n] = v.weight[l];
       ++n;
@@ -303,9 +303,7 @@ void attention_kernel::attend(const dsv4_mod_run& run, const value_scales& v, in
       // reference).
       float f = 1.0f;
 #if DSV4_CPU_MUTATION != 1
-      if (run.attn_sink != nullptr && run.attn_sink[head] != -kInf) {
-        f = 1.0f / (1.0f + std::exp(run.attn_sink[head] - lse[h]));
-      }
+      if (run.attn_sink != nullptr) f = sink_factor(run.attn_sink[head], lse[h]);
 #endif
       uint16_t* o = out + token_offset(run.out, t, seq_q, head);
       if (f == 0.0f) {
@@ -323,7 +321,7 @@ void attention_kernel::attend(const dsv4_mod_run& run, const value_scales& v, in
 
 dsv4_status attention_kernel::run(thread_pool& pool, const dsv4_mod_run& run) const {
   const int64_t T = run.num_tokens;
-  const int H = options_.num_heads;
+  const int H = plan_.num_heads;
   if (T < 0 || (T > 0 && run.seq_q < 1))
     return fail(DSV4_STATUS_INVALID_ARGUMENT, "num_tokens %d with seq_q %d", run.num_tokens,
                 run.seq_q);
@@ -333,10 +331,10 @@ dsv4_status attention_kernel::run(thread_pool& pool, const dsv4_mod_run& run) co
   if (pool.size() > num_workers_)
     return fail(DSV4_STATUS_INTERNAL, "pool of %d workers, scratch for %d", pool.size(),
                 num_workers_);
-  dsv4_status st = check_list(run, run.main_list, run.swa_cache, options_.swa_cache.layout,
+  dsv4_status st = check_list(run, run.main_list, run.swa_cache, plan_.cache[0].layout,
                               limits_.main, "main list");
   if (st != DSV4_STATUS_OK) return st;
-  st = check_list(run, run.extra_list, run.extra_cache, options_.extra_cache.layout, limits_.extra,
+  st = check_list(run, run.extra_list, run.extra_cache, plan_.cache[1].layout, limits_.extra,
                   "extra list");
   if (st != DSV4_STATUS_OK) return st;
 

@@ -21,9 +21,9 @@ struct candidate_limits {
 
 class attention_kernel {
  public:
-  // options must already be validated (see plan checks in module.cpp). Allocates the per-worker
+  // `plan` is the host's derived plan (validated once by the host). Allocates the per-worker
   // scratch once; throws std::bad_alloc.
-  attention_kernel(const dsv4_plan_options& options, candidate_limits limits, int num_workers);
+  attention_kernel(const dsv4_mod_plan& plan, candidate_limits limits, int num_workers);
 
   // Runs explicit-mode attention over `run` on `pool` (the pool this kernel was sized for).
   // Validates the candidate lists first; on failure nothing is written. Never allocates.
@@ -43,7 +43,7 @@ class attention_kernel {
   };
   // Per-cache factors of the per-tensor FP8 layout (kv_scale on raw e4m3 rows), 1 elsewhere.
   struct value_scales {
-    float logit[2];   // softmax scale (x q_scale for e4m3 q) x row factor; [0] main, [1] extra
+    float logit[2];   // the plan's logit_scale of each list; [0] main, [1] extra
     float weight[2];  // row factor left after `out` is taken out
     float out;        // common factor applied once to the output
   };
@@ -57,7 +57,7 @@ class attention_kernel {
   void attend(const dsv4_mod_run& run, const value_scales& v, int64_t t, int h_begin, int h_end,
               int worker) const;
 
-  dsv4_plan_options options_;
+  dsv4_mod_plan plan_;
   candidate_limits limits_;
   int d_qk_;
   int64_t max_candidates_;

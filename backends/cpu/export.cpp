@@ -32,12 +32,12 @@ dsv4_status cpu_export_indices(const void* /*mplan*/, const dsv4_mod_run* batch,
   if (batch == nullptr || exp == nullptr || exp->plan == nullptr) {
     return dsv4::cpu::fail(DSV4_STATUS_INTERNAL, "export_indices: NULL request");
   }
-  const dsv4_plan_options& plan = *exp->plan;
+  const dsv4_mod_plan& plan = *exp->plan;
   const dsv4_mod_run& run = *batch;
   dsv4_status s = cpu_paged_validate(plan, run, host);
   if (s != DSV4_STATUS_OK) return s;
 
-  const dsv4::paged_geometry g = cpu_paged_geometry(plan, run);
+  const dsv4::paged_geometry g = dsv4::paged_geometry_of(plan);
   const dsv4::paged_capacity cap = cpu_paged_capacity(run);
   const dsv4_mod_paged_batch& b = run.paged;
   const int64_t T = run.num_tokens;

@@ -58,34 +58,14 @@ dsv4_status check_blocks(const dsv4_host_services* host, const char* what, const
 
 }  // namespace
 
-dsv4::paged_geometry cpu_paged_geometry(const dsv4_plan_options& plan, const dsv4_mod_run& run) {
-  dsv4::paged_geometry g;
-  g.ratio = plan.compress_ratio > 1 ? plan.compress_ratio : 1;
-  g.window = plan.window;
-  g.swa_block_size = run.swa_cache.block_size;
-  g.cmp_block_size = g.ratio > 1 ? run.extra_cache.block_size : 1;
-  g.cmp_width = static_cast<int32_t>(cpu_paged_cmp_width(plan));
-  g.decode_threshold = plan.decode_threshold;
-  return g;
-}
-
 dsv4::paged_capacity cpu_paged_capacity(const dsv4_mod_run& run) {
   return dsv4::paged_capacity{cache_capacity(run.swa_cache), cache_capacity(run.extra_cache)};
 }
 
-int64_t cpu_paged_cmp_width(const dsv4_plan_options& plan) {
-  return dsv4::paged_cmp_width(plan.compress_ratio, plan.index_topk, plan.max_model_len);
-}
-
-size_t cpu_paged_workspace_bytes(const dsv4_plan_options& plan) {
-  if (plan.mode != DSV4_MODE_PAGED) return 0;
-  return dsv4::paged_workspace(plan.max_tokens, plan.window, cpu_paged_cmp_width(plan)).total;
-}
-
-dsv4_status cpu_paged_validate(const dsv4_plan_options& plan, const dsv4_mod_run& run,
+dsv4_status cpu_paged_validate(const dsv4_mod_plan& plan, const dsv4_mod_run& run,
                                const dsv4_host_services* host) {
   const dsv4_mod_paged_batch& b = run.paged;
-  const dsv4::paged_geometry g = cpu_paged_geometry(plan, run);
+  const dsv4::paged_geometry g = dsv4::paged_geometry_of(plan);
   const int64_t T = run.num_tokens;
   const int64_t R = b.num_reqs;
   const auto invalid = DSV4_STATUS_INVALID_ARGUMENT;
@@ -107,10 +87,6 @@ dsv4_status cpu_paged_validate(const dsv4_plan_options& plan, const dsv4_mod_run
   }
   if (dsv4::paged_is_c4a(g) && T > 0 && b.topk_indices == nullptr) {
     return paged_fail(host, invalid, "C4A layers need topk_indices");
-  }
-  if (g.ratio > 1 && g.ratio != dsv4::kC4Ratio && g.ratio != dsv4::kC128Ratio) {
-    return paged_fail(host, DSV4_STATUS_UNSUPPORTED,
-                      "compress_ratio %d (paged mode knows 1, 4, 128)", g.ratio);
   }
   if (b.query_start_loc[0] != 0) {
     return paged_fail(host, invalid, "query_start_loc[0] = %d, must be 0", b.query_start_loc[0]);
@@ -175,15 +151,14 @@ dsv4_status cpu_paged_validate(const dsv4_plan_options& plan, const dsv4_mod_run
   return DSV4_STATUS_OK;
 }
 
-dsv4_status cpu_paged_build_lists(const dsv4_plan_options& plan, const dsv4_mod_run& paged_run,
+dsv4_status cpu_paged_build_lists(const dsv4_mod_plan& plan, const dsv4_mod_run& paged_run,
                                   const dsv4_host_services* host, dsv4_mod_run* out_explicit_run) {
-  const dsv4::paged_geometry g = cpu_paged_geometry(plan, paged_run);
-  const dsv4::paged_workspace_layout ws =
-      dsv4::paged_workspace(plan.max_tokens, g.window, g.cmp_width);
-  if (paged_run.workspace_bytes < ws.total || (ws.total > 0 && paged_run.workspace == nullptr)) {
+  const dsv4::paged_geometry g = dsv4::paged_geometry_of(plan);
+  const dsv4_mod_lists_map& ws = plan.lists;
+  if (paged_run.workspace_bytes < ws.bytes || (ws.bytes > 0 && paged_run.workspace == nullptr)) {
     return paged_fail(host, DSV4_STATUS_WORKSPACE_TOO_SMALL,
-                      "paged lists need %zu workspace bytes, got %zu", ws.total,
-                      paged_run.workspace_bytes);
+                      "paged lists need %llu workspace bytes, got %zu",
+                      static_cast<unsigned long long>(ws.bytes), paged_run.workspace_bytes);
   }
   dsv4_status s = cpu_paged_validate(plan, paged_run, host);
   if (s != DSV4_STATUS_OK) return s;
@@ -235,8 +210,8 @@ dsv4_status cpu_paged_build_lists(const dsv4_plan_options& plan, const dsv4_mod_
     extra.len_stride_b = 1;
   }
   run.extra_list = extra;
-  run.workspace = ws.total > 0 ? base + ws.total : paged_run.workspace;
-  run.workspace_bytes = paged_run.workspace_bytes - ws.total;
+  run.workspace = ws.bytes > 0 ? base + ws.bytes : paged_run.workspace;
+  run.workspace_bytes = paged_run.workspace_bytes - ws.bytes;
   *out_explicit_run = run;
   return DSV4_STATUS_OK;
 }

@@ -186,6 +186,9 @@ struct paged_build_params {
 };
 cudaError_t paged_build_launch(const paged_build_params& p, cudaStream_t stream);
 
+// dsv4_merge: the partials of disjoint key sets combined per (token, head) (merge.cu).
+cudaError_t merge_launch(const dsv4_mod_merge& m, cudaStream_t stream);
+
 // KV writer: quantises rows into a cache (backends/common/layout.h quantize_entry).
 cudaError_t kv_write_launch(const dsv4_mod_kv_write& w, cudaStream_t stream);
 

@@ -97,7 +97,7 @@ struct context {
 
 struct plan {
   const context* ctx = nullptr;
-  dsv4_plan_options options{};
+  dsv4_mod_plan mod{};          // the host's derived plan
   int chunk_keys = kChunkKeys;  // keys per shared-memory chunk
   run_planner
       planner{};  // the tilings runs choose from (wide: the mma.sync kernel's), the tuning knobs
@@ -143,106 +143,46 @@ size_t partial_bytes_ml(size_t rows, int heads) {
   return align_up(rows * heads * 2 * sizeof(float));
 }
 
-dsv4_status check_cache(const dsv4_kv_cache_desc& c, const char* name, bool optional) {
-  if (c.layout == DSV4_KV_LAYOUT_NONE && optional) return DSV4_STATUS_OK;
-  if (!layout_is_known(c.layout))
-    return fail(DSV4_STATUS_UNSUPPORTED, "plan: %s layout %u", name, c.layout);
-  if (c.block_size < 1)
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: %s block_size %d", name, c.block_size);
-  if (c.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR &&
-      !(c.kv_scale > 0.0f && std::isfinite(c.kv_scale)))
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: %s kv_scale %g", name,
-                static_cast<double>(c.kv_scale));
-  return DSV4_STATUS_OK;
-}
-
+// What the host cannot know: which layouts, cache flavours and plan flags this module's kernels
+// serve, and how wide a list they take. The list geometry comes from the derived plan.
 dsv4_status check_plan(plan* p) {
-  const dsv4_plan_options& o = p->options;
-  if (o.mode != DSV4_MODE_EXPLICIT && o.mode != DSV4_MODE_PAGED)
-    return fail(DSV4_STATUS_UNSUPPORTED, "plan: mode %u", o.mode);
-  if (o.num_heads < 1 || o.num_heads > 128)
-    return fail(DSV4_STATUS_UNSUPPORTED, "plan: num_heads %d (1..128)", o.num_heads);
-  dsv4_status st = check_cache(o.swa_cache, "swa_cache", false);
-  if (st != DSV4_STATUS_OK) return st;
-  st = check_cache(o.extra_cache, "extra_cache", true);
-  if (st != DSV4_STATUS_OK) return st;
-  const int d_qk = layout_head_dim_qk(o.swa_cache.layout);
-  if (o.head_dim_qk != d_qk)
-    return fail(DSV4_STATUS_UNSUPPORTED, "plan: head_dim_qk %d, layout %u holds %d", o.head_dim_qk,
-                o.swa_cache.layout, d_qk);
-  if (o.extra_cache.layout != DSV4_KV_LAYOUT_NONE &&
-      layout_head_dim_qk(o.extra_cache.layout) != d_qk)
+  const dsv4_mod_plan& o = p->mod;
+  for (const dsv4_mod_cache_plan& c : o.cache) {
+    if (c.layout == DSV4_KV_LAYOUT_FP16)
+      return fail(DSV4_STATUS_UNSUPPORTED, "plan: the FP16 cache layout has no CUDA kernel yet");
+    if ((c.flags & DSV4_KV_CACHE_FLAG_FP8_FNUZ) != 0)
+      return fail(DSV4_STATUS_UNSUPPORTED,
+                  "plan: FP8 FNUZ caches (ROCm gfx942) have no CUDA kernel");
+  }
+  if ((o.flags & DSV4_PLAN_FLAG_BATCH_INVARIANT) != 0)
     return fail(DSV4_STATUS_UNSUPPORTED,
-                "plan: extra_cache layout %u has another head_dim_qk than %d", o.extra_cache.layout,
-                d_qk);
-  if (o.head_dim_v != kHeadDim)
-    return fail(DSV4_STATUS_UNSUPPORTED, "plan: head_dim_v %d (512 only)", o.head_dim_v);
-  if (dtype_is(o.q_dtype, DSV4_DTYPE_CODE_FLOAT8_E4M3FN, 8)) {
-    const bool per_tensor = o.swa_cache.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR &&
-                            (o.extra_cache.layout == DSV4_KV_LAYOUT_NONE ||
-                             o.extra_cache.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR);
-    if (!per_tensor)
-      return fail(DSV4_STATUS_UNSUPPORTED, "plan: e4m3 q needs the per-tensor FP8 layout");
-    if (!(o.q_scale > 0.0f && std::isfinite(o.q_scale)))
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: q_scale %g", static_cast<double>(o.q_scale));
-  } else if (!dtype_is(o.q_dtype, DSV4_DTYPE_CODE_BFLOAT, 16)) {
-    return fail(DSV4_STATUS_UNSUPPORTED, "plan: q dtype code %u bits %u (bf16 or e4m3)",
-                o.q_dtype.code, o.q_dtype.bits);
-  }
-  if (!std::isfinite(o.softmax_scale))
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: softmax_scale %g",
-                static_cast<double>(o.softmax_scale));
-  if (o.max_tokens < 0)
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: max_tokens %d", o.max_tokens);
-
-  if (o.mode == DSV4_MODE_EXPLICIT) {
-    if (o.index_format != DSV4_INDEX_DENSE && o.index_format != DSV4_INDEX_CSR)
-      return fail(DSV4_STATUS_UNSUPPORTED, "plan: index_format %u", o.index_format);
-    if (o.topk < 0 || o.extra_topk < 0)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: topk %d, extra_topk %d", o.topk,
-                  o.extra_topk);
-    p->width[0] = o.topk;
-    p->width[1] = o.extra_cache.layout == DSV4_KV_LAYOUT_NONE ? 0 : o.extra_topk;
-    return DSV4_STATUS_OK;
-  }
-  if (o.window < 1) return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: window %d", o.window);
-  if (o.compress_ratio > 1 && o.compress_ratio != kC4Ratio && o.compress_ratio != kC128Ratio)
-    return fail(DSV4_STATUS_UNSUPPORTED, "plan: compress_ratio %d (1, 4 or 128)", o.compress_ratio);
-  if (o.compress_ratio == kC4Ratio && o.index_topk < 1)
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: index_topk %d", o.index_topk);
-  if (o.compress_ratio == kC128Ratio && o.max_model_len < 1)
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: max_model_len %lld",
-                static_cast<long long>(o.max_model_len));
-  if (o.compress_ratio > 1 && o.extra_cache.layout == DSV4_KV_LAYOUT_NONE)
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: compress_ratio %d without an extra_cache",
-                o.compress_ratio);
-  const int64_t cw = paged_cmp_width(o.compress_ratio, o.index_topk, o.max_model_len);
-  if (cw > (1 << 24))
-    return fail(DSV4_STATUS_UNSUPPORTED, "plan: compressed width %lld", static_cast<long long>(cw));
-  p->width[0] = o.window;
-  p->width[1] = static_cast<int>(cw);
-  p->lists_bytes = paged_workspace(o.max_tokens, o.window, cw).total;
+                "plan: DSV4_PLAN_FLAG_BATCH_INVARIANT is not implemented by the CUDA module yet");
+  if (o.list_width[1] > (1 << 24))
+    return fail(DSV4_STATUS_UNSUPPORTED, "plan: compressed width %d", o.list_width[1]);
+  p->width[0] = o.list_width[0];
+  p->width[1] = o.list_width[1];
+  p->lists_bytes = o.lists.bytes;
   return DSV4_STATUS_OK;
 }
 
 // Head tiling and shared memory: the most heads per CTA (up to 64) that the device's shared memory
 // allows; fewer heads than 16 per tile are computed as a padded tile (no memory traffic for them).
 dsv4_status size_plan(plan* p) {
-  const dsv4_plan_options& o = p->options;
+  const dsv4_mod_plan& o = p->mod;
   int tiles = mma_head_tiles(o.num_heads);
   // DSV4_CUDA_CHUNK=32 forces the small-chunk variant (tests run it on large-memory GPUs).
   const char* env = host_env("DSV4_CUDA_CHUNK");
   const bool force_small = env != nullptr && std::atoi(env) == kSmallChunkKeys;
   int chunk = kChunkKeys;
   for (; tiles >= 1 && !force_small; tiles /= 2) {
-    p->stage_bytes = attention_stage_bytes(o.swa_cache.layout, o.extra_cache.layout, chunk);
+    p->stage_bytes = attention_stage_bytes(o.cache[0].layout, o.cache[1].layout, chunk);
     if (attention_smem_bytes(tiles, o.head_dim_qk, p->stage_bytes, chunk) <= p->ctx->smem_optin)
       break;
   }
   if (force_small || tiles < 1) {  // 16-head tiles over 32-key chunks (about 75 KB)
     tiles = 1;
     chunk = kSmallChunkKeys;
-    p->stage_bytes = attention_stage_bytes(o.swa_cache.layout, o.extra_cache.layout, chunk);
+    p->stage_bytes = attention_stage_bytes(o.cache[0].layout, o.cache[1].layout, chunk);
     if (attention_smem_bytes(tiles, o.head_dim_qk, p->stage_bytes, chunk) > p->ctx->smem_optin)
       return fail(DSV4_STATUS_UNSUPPORTED, "plan: device shared memory %zu bytes is too small",
                   p->ctx->smem_optin);
@@ -286,10 +226,10 @@ dsv4_status size_plan(plan* p) {
   // DSV4_CUDA_CHUNK=32 asks for the small-shared-memory mma.sync variant: no Hopper kernel either.
   const bool never_sm90 = (kenv != nullptr && std::strcmp(kenv, "mma") == 0) || force_small;
   const bool hopper = !never_sm90 && p->ctx->cc_major == 9 && o.head_dim_qk == kHeadDim &&
-                      attention_sm90_layouts(o.swa_cache.layout, o.extra_cache.layout);
+                      attention_sm90_layouts(o.cache[0].layout, o.cache[1].layout);
   // The small-head kernel's tiling of `tile_rows` (16 or 32) heads per CTA, when the device runs
   // it.
-  const uint32_t layout = o.swa_cache.layout;
+  const uint32_t layout = o.cache[0].layout;
   const bool small_ok = hopper &&
                         attention_sm90_small_smem_bytes(2, layout, false) <= p->ctx->smem_optin &&
                         attention_sm90_small_compiled();
@@ -381,7 +321,7 @@ float cache_value_scale(const dsv4_mod_cache& c) {
 }
 
 dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
-  const dsv4_plan_options& o = p.options;
+  const dsv4_mod_plan& o = p.mod;
   if (run.num_tokens <= 0) return DSV4_STATUS_OK;
   if (run.num_tokens > o.max_tokens)
     return fail(DSV4_STATUS_PLAN_MISMATCH, "run: %d tokens, plan capacity %d", run.num_tokens,
@@ -451,14 +391,9 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   } else {
     // Paged: build the lists on the device (paged_index.h), then attend to them as explicit lists.
     const int64_t cw = p.width[1];
-    const paged_workspace_layout wl = paged_workspace(o.max_tokens, o.window, cw);
+    const dsv4_mod_lists_map& wl = o.lists;
     paged_build_params b{};
-    b.geometry.ratio = o.compress_ratio;
-    b.geometry.window = o.window;
-    b.geometry.swa_block_size = run.swa_cache.block_size;
-    b.geometry.cmp_block_size = run.extra_cache.base != nullptr ? run.extra_cache.block_size : 1;
-    b.geometry.cmp_width = static_cast<int32_t>(cw);
-    b.geometry.decode_threshold = o.decode_threshold;
+    b.geometry = paged_geometry_of(o);
     b.capacity.swa = run.swa_cache.num_blocks * run.swa_cache.block_size;
     b.capacity.cmp = run.extra_cache.base != nullptr
                          ? run.extra_cache.num_blocks * run.extra_cache.block_size
@@ -605,13 +540,13 @@ dsv4_status slot_ctx_create(const dsv4_mod_ctx_config* config, void** out_mctx) 
 
 void slot_ctx_destroy(void* mctx) { delete static_cast<context*>(mctx); }
 
-dsv4_status slot_plan_create(void* mctx, const dsv4_plan_options* options, void** out_mplan) {
+dsv4_status slot_plan_create(void* mctx, const dsv4_mod_plan* mod, void** out_mplan) {
   return guarded("plan_create", [&] {
-    if (mctx == nullptr || options == nullptr || out_mplan == nullptr)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan_create: NULL argument");
+    const dsv4_status head = check_plan_header(fail, mctx, mod, out_mplan);
+    if (head != DSV4_STATUS_OK) return head;
     auto p = std::make_unique<plan>();
     p->ctx = static_cast<const context*>(mctx);
-    copy_plan_options(*options, &p->options);
+    p->mod = *mod;
     dsv4_status st = check_plan(p.get());
     if (st != DSV4_STATUS_OK) return st;
     device_scope scope(p->ctx->device);
@@ -620,8 +555,8 @@ dsv4_status slot_plan_create(void* mctx, const dsv4_plan_options* options, void*
     st = size_plan(p.get());
     if (st != DSV4_STATUS_OK) return st;
     log_debug("plan: %s, %d heads in %d group(s), lists %d + %d, %zu B shared, workspace %zu B",
-              p->kernel, p->options.num_heads, p->planner.wide.head_groups, p->width[0],
-              p->width[1], p->planner.wide.smem_bytes, p->workspace_bytes);
+              p->kernel, p->mod.num_heads, p->planner.wide.head_groups, p->width[0], p->width[1],
+              p->planner.wide.smem_bytes, p->workspace_bytes);
     *out_mplan = p.release();
     return DSV4_STATUS_OK;
   });
@@ -643,8 +578,7 @@ dsv4_status slot_plan_get_kernel_name(const void* mplan, char* buffer, size_t ca
 dsv4_status slot_run(const void* mplan, const dsv4_mod_run* run) {
   return guarded("run", [&] {
     const plan* p = static_cast<const plan*>(mplan);
-    const dsv4_status head =
-        check_run_header(fail, mplan, run, p != nullptr ? p->options.mode : 0u);
+    const dsv4_status head = check_run_header(fail, mplan, run, p != nullptr ? p->mod.mode : 0u);
     if (head != DSV4_STATUS_OK) return head;
     return run_plan(*p, *run);
   });
@@ -685,17 +619,11 @@ dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch,
       return fail(DSV4_STATUS_ABI_MISMATCH, "export_indices: dsv4_mod_export of %u bytes",
                   exp->struct_size);
     const plan* p = static_cast<const plan*>(mplan);
-    const dsv4_plan_options& o = *exp->plan;
+    const dsv4_mod_plan& o = *exp->plan;
     if (o.mode != DSV4_MODE_PAGED)
       return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: not a paged plan");
     export_params e{};
-    e.geometry.ratio = o.compress_ratio > 1 ? o.compress_ratio : 1;
-    e.geometry.window = o.window;
-    e.geometry.swa_block_size = batch->swa_cache.block_size;
-    e.geometry.cmp_block_size = e.geometry.ratio > 1 ? batch->extra_cache.block_size : 1;
-    e.geometry.cmp_width =
-        static_cast<int32_t>(paged_cmp_width(o.compress_ratio, o.index_topk, o.max_model_len));
-    e.geometry.decode_threshold = o.decode_threshold;
+    e.geometry = paged_geometry_of(o);
     e.capacity.swa = batch->swa_cache.base != nullptr
                          ? batch->swa_cache.num_blocks * batch->swa_cache.block_size
                          : 0;
@@ -730,11 +658,27 @@ dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch,
   });
 }
 
+dsv4_status slot_merge(void* mctx, const dsv4_mod_merge* m) {
+  return guarded("merge", [&] {
+    if (mctx == nullptr || m == nullptr)
+      return fail(DSV4_STATUS_INVALID_ARGUMENT, "merge: NULL argument");
+    if (m->struct_size < sizeof(dsv4_mod_merge))
+      return fail(DSV4_STATUS_ABI_MISMATCH, "merge: dsv4_mod_merge of %u bytes, need %zu",
+                  m->struct_size, sizeof(dsv4_mod_merge));
+    const context* ctx = static_cast<const context*>(mctx);
+    device_scope scope(ctx->device);
+    if (scope.status() != cudaSuccess) return cuda_fail(scope.status(), "merge: cudaSetDevice");
+    const cudaError_t err = merge_launch(*m, static_cast<cudaStream_t>(m->stream));
+    if (err != cudaSuccess) return cuda_fail(err, "merge: launch");
+    return DSV4_STATUS_OK;
+  });
+}
+
 const dsv4_backend_iface g_iface = {
     sizeof(dsv4_backend_iface),
     DSV4_MODULE_ABI_VERSION,
     "cuda",
-    "0.1.0 (cuda-mma-bf16)",
+    DSV4_MODULE_VERSION_STRING " (cuda-mma-bf16)",
     DSV4_DEVICE_CUDA,
     0,
     slot_probe,
@@ -748,6 +692,7 @@ const dsv4_backend_iface g_iface = {
     slot_run,
     slot_kv_write,
     slot_export_indices,
+    slot_merge,
 };
 
 }  // namespace

@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define DSV4_MODULE_ABI_MAJOR 1u
+#define DSV4_MODULE_ABI_MAJOR 2u
 #define DSV4_MODULE_ABI_MINOR 0u
 #define DSV4_MODULE_ABI_VERSION ((DSV4_MODULE_ABI_MAJOR << 16) | DSV4_MODULE_ABI_MINOR)
 #define DSV4_MODULE_ENTRY_SYMBOL "dsv4_backend_entry"
@@ -45,7 +45,7 @@ typedef struct dsv4_host_services {
   void (*set_error)(const char* message);
   /** getenv for module settings (DSV4_CPU_THREADS ...); NULL if unset. */
   const char* (*get_env)(const char* name);
-  /* End of module ABI 1.0 host services — append only below. */
+  /* End of module ABI 2.0 host services — append only below. */
 } dsv4_host_services;
 
 /* ------------------------------------ normalised views -----------------------------------------
@@ -67,8 +67,66 @@ typedef struct dsv4_mod_cache {
   int64_t block_stride_bytes;
   int64_t num_blocks; /**< capacity = num_blocks * block_size slots */
   float kv_scale;     /**< per-tensor FP8 layout only */
-  uint32_t reserved;
+  uint32_t flags;     /**< DSV4_KV_CACHE_FLAG_* */
 } dsv4_mod_cache;
+
+/* ------------------------------------ the derived plan -----------------------------------------
+ */
+/** One planned cache: the public description resolved (block stride >= the layout's minimum). */
+typedef struct dsv4_mod_cache_plan {
+  uint32_t layout;            /**< DSV4_KV_LAYOUT_*; NONE when the plan has no such cache */
+  uint32_t flags;             /**< DSV4_KV_CACHE_FLAG_* */
+  int32_t block_size;         /**< entries per block */
+  int32_t bytes_per_token;    /**< layout_bytes_per_token */
+  int64_t block_stride_bytes; /**< resolved */
+  float kv_scale;             /**< per-tensor FP8 layout: dequantisation scale; 1 otherwise */
+  int32_t head_dim;           /**< dims an entry holds (512; 576 for the V3.2 layout) */
+} dsv4_mod_cache_plan;
+
+/** Where a paged run's lists live in the workspace (byte offsets from the workspace start, each
+ *  256-aligned; backends/common/paged_index.h paged_workspace). All 0 for explicit plans. */
+typedef struct dsv4_mod_lists_map {
+  uint64_t swa_indices; /**< int32 [max_tokens, window] */
+  uint64_t swa_lengths; /**< int32 [max_tokens] */
+  uint64_t cmp_indices; /**< int32 [max_tokens, cmp_width] (empty for SWA-only layers) */
+  uint64_t cmp_lengths; /**< int32 [max_tokens] */
+  uint64_t bytes;       /**< total, a multiple of 256; a module's own scratch goes after it */
+} dsv4_mod_lists_map;
+
+/** The plan as every module sees it: normalised, validated and derived once by the host. */
+typedef struct dsv4_mod_plan {
+  uint32_t struct_size; /**< sizeof(dsv4_mod_plan) as the host built it */
+  uint32_t mode;        /**< DSV4_MODE_EXPLICIT / DSV4_MODE_PAGED */
+  uint32_t flags;       /**< DSV4_PLAN_FLAG_* (known bits only) */
+  int32_t num_heads;    /**< 1..128 */
+  int32_t head_dim_qk;  /**< 512, or 576 (V3.2 layout) */
+  int32_t head_dim_v;   /**< 512 */
+  dsv4_dtype q_dtype;   /**< bf16, or e4m3 with the per-tensor FP8 layout */
+  float q_scale;        /**< e4m3 q: dequantisation scale; 1 otherwise */
+  float softmax_scale;  /**< resolved (0 in the options = head_dim_qk^-0.5) */
+  /** softmax_scale x q_scale x cache[i].kv_scale: the factor of q . (raw entry) for list i (the
+   *  per-tensor FP8 layout keeps raw e4m3 rows; kv_scale also scales that list's values). */
+  float logit_scale[2];
+  int32_t max_tokens;           /**< T capacity */
+  dsv4_mod_cache_plan cache[2]; /**< [0] main (SWA), [1] extra (compressed); NONE if absent */
+  /** Candidates per token of list i: explicit topk / extra_topk (CSR: the most entries a row may
+   *  hold); paged: window / cmp_width. 0 for an absent list. */
+  int32_t list_width[2];
+  uint32_t index_format; /**< explicit: DSV4_INDEX_DENSE / CSR; paged: DENSE (the built lists) */
+  /* Paged mode (spec section 4); zero in explicit plans. */
+  int32_t compress_ratio;     /**< 1 (SWA only), 4 (C4A), 128 (C128A) */
+  int32_t window;             /**< W */
+  int32_t index_topk;         /**< C4A top-k K */
+  int32_t cmp_width;          /**< compressed list width: 0, index_topk or the C128A width */
+  int32_t flashinfer_columns; /**< W + round_up(cmp_width, 4) (DSV4_EXPORT_FLASHINFER) */
+  int32_t decode_threshold;
+  int32_t max_requests;
+  int32_t max_swa_blocks_per_request;
+  int32_t max_cmp_blocks_per_request;
+  int32_t compressed_block_tokens;
+  int64_t max_model_len;
+  dsv4_mod_lists_map lists; /**< the paged lists in the workspace */
+} dsv4_mod_plan;
 
 /** One explicit candidate list per token (dense or CSR), see backends/common/index.h. */
 typedef struct dsv4_mod_index_list {
@@ -145,6 +203,28 @@ typedef struct dsv4_mod_ctx_config {
 /** Index-export request; defined in dsv4_backend_export.h (paged mode). */
 struct dsv4_mod_export;
 
+/** A merge of P partial results (dsv4_merge, spec 12.2). Element (p, t, h, d) of out_parts lives
+ *  at out_parts + p*part_stride_p + t*part_stride_t + h*part_stride_h + d (elements of its dtype);
+ *  lse_parts likewise with the lse strides. */
+typedef struct dsv4_mod_merge {
+  uint32_t struct_size;
+  int32_t num_parts;     /**< P >= 1 */
+  int32_t num_tokens;    /**< T */
+  int32_t num_heads;     /**< H */
+  const void* out_parts; /**< bf16 or fp32 */
+  int32_t out_parts_f32; /**< 1 = fp32, 0 = bf16 */
+  int32_t reserved;
+  int64_t part_stride_p, part_stride_t, part_stride_h;
+  const float* lse_parts;
+  int64_t lse_part_stride_p, lse_part_stride_t, lse_part_stride_h;
+  const float* attn_sink; /**< [H] or NULL */
+  void* out;              /**< bf16 (t, h, d) at out + t*out_stride_t + h*out_stride_h + d */
+  int64_t out_stride_t, out_stride_h;
+  float* lse; /**< fp32 or NULL */
+  int64_t lse_stride_t, lse_stride_h;
+  void* stream;
+} dsv4_mod_merge;
+
 /* ------------------------------------ module -> host -------------------------------------------
  */
 typedef struct dsv4_backend_iface {
@@ -161,8 +241,9 @@ typedef struct dsv4_backend_iface {
   dsv4_status (*get_device_info)(int32_t index, dsv4_device_info* out_info);
   dsv4_status (*ctx_create)(const dsv4_mod_ctx_config* config, void** out_mctx);
   void (*ctx_destroy)(void* mctx);
-  /** options: normalised (defaults applied, softmax_scale resolved, block strides resolved). */
-  dsv4_status (*plan_create)(void* mctx, const dsv4_plan_options* options, void** out_mplan);
+  /** The derived plan (valid for the call only: copy what you keep). Check only what this module
+   *  alone knows; UNSUPPORTED with the reason for what it does not serve. */
+  dsv4_status (*plan_create)(void* mctx, const dsv4_mod_plan* plan, void** out_mplan);
   void (*plan_destroy)(void* mplan);
   dsv4_status (*plan_get_workspace_size)(const void* mplan, size_t* out_bytes);
   dsv4_status (*plan_get_kernel_name)(const void* mplan, char* buffer, size_t capacity);
@@ -172,7 +253,9 @@ typedef struct dsv4_backend_iface {
    *  formats engines use (dsv4_export_indices). NULL if unsupported. */
   dsv4_status (*export_indices)(const void* mplan, const dsv4_mod_run* batch,
                                 const struct dsv4_mod_export* exp);
-  /* End of module ABI 1.0 — append only below. */
+  /** dsv4_merge on this module's device (spec 12.2). NULL if unsupported. */
+  dsv4_status (*merge)(void* mctx, const struct dsv4_mod_merge* merge);
+  /* End of module ABI 2.0 — append only below. */
 } dsv4_backend_iface;
 
 /** The one symbol a module exports (DSV4_MODULE_ENTRY_SYMBOL). */

@@ -31,9 +31,8 @@ typedef struct dsv4_mod_export_list {
 typedef struct dsv4_mod_export {
   uint32_t struct_size; /**< sizeof(dsv4_mod_export) as the host built it */
   uint32_t format;      /**< DSV4_EXPORT_* */
-  /** The plan's normalised options (paged geometry: compress_ratio, window, index_topk,
-   *  decode_threshold, max_model_len, capacities), so a module needs nothing from its plan. */
-  const dsv4_plan_options* plan;
+  /** The derived plan (paged geometry, widths, capacities), so a module needs nothing else. */
+  const dsv4_mod_plan* plan;
   dsv4_mod_export_list swa;      /**< FLASHMLA / CSR */
   dsv4_mod_export_list cmp;      /**< FLASHMLA / CSR, compressed layers (indices NULL otherwise) */
   dsv4_mod_export_list combined; /**< FLASHINFER */

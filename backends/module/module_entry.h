@@ -7,6 +7,13 @@
 
 #include "dsv4_backend.h"
 
+// "0.2.0": the library version a module is built with (its module_version text starts with it).
+#define DSV4_MODULE_STRINGIFY2(x) #x
+#define DSV4_MODULE_STRINGIFY(x) DSV4_MODULE_STRINGIFY2(x)
+#define DSV4_MODULE_VERSION_STRING          \
+  DSV4_MODULE_STRINGIFY(DSV4_VERSION_MAJOR) \
+  "." DSV4_MODULE_STRINGIFY(DSV4_VERSION_MINOR) "." DSV4_MODULE_STRINGIFY(DSV4_VERSION_PATCH)
+
 namespace dsv4 {
 
 // Checks the host's services table and offered ABI; on success writes back min(host, ours).

@@ -1,5 +1,5 @@
-// Pieces every backend module's ABI slots share: exception fencing, the plan-options copy, the
-// workspace query and the checks a run slot starts with. `fail` is the module's
+// Pieces every backend module's ABI slots share: exception fencing, the checks a plan or run slot
+// starts with, and the workspace query. `fail` is the module's
 // fail(status, printf format, ...), which records the thread-local message and returns the status.
 #pragma once
 
@@ -42,15 +42,15 @@ dsv4_status guarded_slot(fail_fn fail, const char* what, Fn&& fn) noexcept {
   }
 }
 
-// The module's copy of the host's plan options: what the host's struct holds (a newer host's tail
-// is beyond what this module reads; an older host's missing tail stays zero), with the default
-// softmax scale 1 / sqrt(d_qk) applied.
-inline void copy_plan_options(const dsv4_plan_options& in, dsv4_plan_options* out) {
-  *out = dsv4_plan_options{};
-  std::memcpy(out, &in, std::min<size_t>(in.struct_size, sizeof *out));
-  out->struct_size = sizeof *out;
-  if (out->softmax_scale == 0.0f)
-    out->softmax_scale = 1.0f / std::sqrt(static_cast<float>(out->head_dim_qk));
+// What every plan_create slot checks first: its arguments and a derived plan this module can read.
+inline dsv4_status check_plan_header(fail_fn fail, const void* mctx, const dsv4_mod_plan* plan,
+                                     void* const* out_mplan) {
+  if (mctx == nullptr || plan == nullptr || out_mplan == nullptr)
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan_create: NULL argument");
+  if (plan->struct_size < sizeof(dsv4_mod_plan))
+    return fail(DSV4_STATUS_ABI_MISMATCH, "plan_create: dsv4_mod_plan of %u bytes, need %zu",
+                plan->struct_size, sizeof(dsv4_mod_plan));
+  return DSV4_STATUS_OK;
 }
 
 // plan_get_workspace_size for a module plan type with a `workspace_bytes` member.

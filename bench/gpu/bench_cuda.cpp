@@ -498,7 +498,8 @@ result run_case(const module& m, void* ctx, const bench_case& c, std::mt19937_64
     void* made = nullptr;
     if (c.small_chunk) setenv("DSV4_CUDA_CHUNK", "32", 1);
     if (log_runs) setenv("DSV4_CUDA_LOG_RUNS", "1", 1);
-    const dsv4_status plan_status = m.iface->plan_create(ctx, &o, &made);
+    const dsv4_mod_plan mod = mod_plan_of(o);
+    const dsv4_status plan_status = m.iface->plan_create(ctx, &mod, &made);
     unsetenv("DSV4_CUDA_CHUNK");
     unsetenv("DSV4_CUDA_LOG_RUNS");
     DSV4_OK(plan_status);

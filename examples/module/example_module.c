@@ -81,7 +81,7 @@ typedef struct example_plan {
   size_t max_rows; /* candidates per token: both lists' widths */
 } example_plan;
 
-static dsv4_status check_cache(const dsv4_kv_cache_desc* c, int optional, const char* name) {
+static dsv4_status check_cache(const dsv4_mod_cache_plan* c, int optional, const char* name) {
   char message[160];
   if (optional && c->layout == DSV4_KV_LAYOUT_NONE) return DSV4_STATUS_OK;
   if (c->layout == DSV4_KV_LAYOUT_BF16) return DSV4_STATUS_OK;
@@ -90,24 +90,24 @@ static dsv4_status check_cache(const dsv4_kv_cache_desc* c, int optional, const 
   return fail(DSV4_STATUS_UNSUPPORTED, message);
 }
 
-static dsv4_status plan_create(void* mctx, const dsv4_plan_options* o, void** out_mplan) {
+/* The host has validated and derived the plan (dsv4_mod_plan): only what this module alone does
+ * not serve is checked here. */
+static dsv4_status plan_create(void* mctx, const dsv4_mod_plan* plan, void** out_mplan) {
   example_plan* p;
   dsv4_status st;
   (void)mctx;
-  if (o->mode != DSV4_MODE_EXPLICIT)
+  if (plan->mode != DSV4_MODE_EXPLICIT)
     return fail(DSV4_STATUS_UNSUPPORTED, "plan_create: the example module has explicit mode only");
-  if (o->q_dtype.code != DSV4_DTYPE_CODE_BFLOAT || o->q_dtype.bits != 16)
+  if (plan->q_dtype.code != DSV4_DTYPE_CODE_BFLOAT || plan->q_dtype.bits != 16)
     return fail(DSV4_STATUS_UNSUPPORTED, "plan_create: the example module takes bf16 q only");
-  if (o->head_dim_qk != EXAMPLE_DIM || o->head_dim_v != EXAMPLE_DIM)
-    return fail(DSV4_STATUS_UNSUPPORTED, "plan_create: the example module has 512-dim heads only");
-  st = check_cache(&o->swa_cache, 0, "swa_cache");
-  if (st == DSV4_STATUS_OK) st = check_cache(&o->extra_cache, 1, "extra_cache");
+  st = check_cache(&plan->cache[0], 0, "swa_cache");
+  if (st == DSV4_STATUS_OK) st = check_cache(&plan->cache[1], 1, "extra_cache");
   if (st != DSV4_STATUS_OK) return st;
   p = (example_plan*)malloc(sizeof *p);
   if (p == NULL) return fail(DSV4_STATUS_OUT_OF_MEMORY, "plan_create: out of memory");
-  p->num_heads = o->num_heads;
-  p->scale = o->softmax_scale; /* normalised by the host: never 0 here */
-  p->max_rows = (size_t)o->topk + (size_t)o->extra_topk;
+  p->num_heads = plan->num_heads;
+  p->scale = plan->softmax_scale; /* bf16 caches and q: no further dequantisation scale */
+  p->max_rows = (size_t)plan->list_width[0] + (size_t)plan->list_width[1];
   *out_mplan = p;
   return DSV4_STATUS_OK;
 }
@@ -273,23 +273,22 @@ static void ctx_destroy(void* mctx) { (void)mctx; }
 /* ------------------------------------------ entry ----------------------------------------------
  */
 static const dsv4_backend_iface g_iface = {
-    sizeof(dsv4_backend_iface),
-    DSV4_MODULE_ABI_VERSION,
-    EXAMPLE_NAME,
-    "example 1.0",
-    DSV4_DEVICE_CPU,
-    0,
-    probe,
-    get_device_info,
-    ctx_create,
-    ctx_destroy,
-    plan_create,
-    plan_destroy,
-    plan_get_workspace_size,
-    plan_get_kernel_name,
-    run,
-    kv_write,
-    NULL, /* export_indices: paged mode only */
+    .struct_size = sizeof(dsv4_backend_iface),
+    .abi_version = DSV4_MODULE_ABI_VERSION,
+    .name = EXAMPLE_NAME,
+    .module_version = "example 1.0",
+    .device_type = DSV4_DEVICE_CPU,
+    .probe = probe,
+    .get_device_info = get_device_info,
+    .ctx_create = ctx_create,
+    .ctx_destroy = ctx_destroy,
+    .plan_create = plan_create,
+    .plan_destroy = plan_destroy,
+    .plan_get_workspace_size = plan_get_workspace_size,
+    .plan_get_kernel_name = plan_get_kernel_name,
+    .run = run,
+    .kv_write = kv_write,
+    /* export_indices (paged mode) and merge are optional: NULL */
 };
 
 /* Negotiation: the host offers its newest ABI; answer min(host, ours) within the same major. */

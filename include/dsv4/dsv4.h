@@ -163,6 +163,14 @@ DSV4_API dsv4_status dsv4_kv_layout_get_info(uint32_t layout, int32_t block_size
 
 /** Plan flags (bitmask). */
 #define DSV4_PLAN_FLAG_NONE 0u
+/** Batch-invariant results: every token's out, lse and max_logits are bit-identical whatever else
+ *  is in the run (batch size, the token's position, other tokens' lengths and values, decode or
+ *  prefill mix, paged or explicit mode, graph capture), for one device model, library version and
+ *  plan. A backend that cannot honour it refuses the plan with DSV4_STATUS_UNSUPPORTED. */
+#define DSV4_PLAN_FLAG_BATCH_INVARIANT 1u
+/** Run the backend's reference kernel (the CPU module's exact fp32 loop, the second opinion of its
+ *  fast kernels). Backends with a single kernel family ignore it. */
+#define DSV4_PLAN_FLAG_REFERENCE_KERNEL 2u
 
 typedef struct dsv4_plan_options {
   uint32_t struct_size; /**< sizeof(dsv4_plan_options); set by dsv4_plan_options_init */
@@ -309,6 +317,37 @@ typedef struct dsv4_kv_write_args {
 DSV4_API dsv4_status(dsv4_kv_write_args_init)(dsv4_kv_write_args* args, size_t struct_size);
 #define dsv4_kv_write_args_init(args) (dsv4_kv_write_args_init)((args), sizeof(*(args)))
 DSV4_API dsv4_status dsv4_kv_write(dsv4_ctx* ctx, const dsv4_kv_write_args* args);
+
+/* ------------------------------------------ merge ----------------------------------------------
+ */
+/**
+ * Merges P partial results over disjoint key sets of the same tokens into the result over their
+ * union (spec 12.2): decode-context parallelism (each rank attends to its shard of the cache) and
+ * very long contexts. Partials come from dsv4_run with attn_sink = NULL and lse requested; the
+ * sink is applied once, here. A part with lse = +inf (no valid key) contributes nothing; a token
+ * with no valid key in any part gets out = 0 and lse = +inf; a NaN propagates. Parts are combined
+ * in index order (deterministic). Same stream contract as dsv4_run; out must not alias the parts.
+ *
+ * out_parts: [P, T, H, 512] bf16 or fp32 (the last dimension contiguous, any other strides);
+ * lse_parts: [P, T, H] fp32; attn_sink: [H] fp32 or NULL; out: [T, H, 512] bf16; lse: [T, H] fp32
+ * or NULL (the merged lse, sink excluded). P >= 1.
+ */
+typedef struct dsv4_merge_args {
+  uint32_t struct_size;         /**< sizeof(dsv4_merge_args); set by dsv4_merge_args_init */
+  uint32_t reserved;            /**< must be 0 */
+  const dsv4_tensor* out_parts; /**< [P, T, H, 512] bf16 or fp32 */
+  const dsv4_tensor* lse_parts; /**< [P, T, H] fp32, natural log, sink excluded */
+  const dsv4_tensor* attn_sink; /**< [H] fp32 or NULL */
+  dsv4_tensor* out;             /**< [T, H, 512] bf16 */
+  dsv4_tensor* lse;             /**< [T, H] fp32 or NULL */
+  void* stream;                 /**< backend-native stream or NULL */
+} dsv4_merge_args;
+
+DSV4_API dsv4_status(dsv4_merge_args_init)(dsv4_merge_args* args, size_t struct_size);
+#define dsv4_merge_args_init(args) (dsv4_merge_args_init)((args), sizeof(*(args)))
+/** Merges partial results (see dsv4_merge_args) on ctx's device. Validates every tensor first;
+ *  on failure nothing is written. */
+DSV4_API dsv4_status dsv4_merge(dsv4_ctx* ctx, const dsv4_merge_args* args);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -32,7 +32,7 @@ extern "C" {
  * struct tails are added.
  * ------------------------------------------------------------------------------------------- */
 #define DSV4_VERSION_MAJOR 0
-#define DSV4_VERSION_MINOR 1
+#define DSV4_VERSION_MINOR 2
 #define DSV4_VERSION_PATCH 0
 /** Packed major*10000 + minor*100 + patch (zstd style); compare with dsv4_get_version(). */
 #define DSV4_VERSION_NUMBER \
@@ -83,6 +83,8 @@ typedef struct dsv4_device {
 #define DSV4_DEVICE_CPU 1
 #define DSV4_DEVICE_CUDA 2
 #define DSV4_DEVICE_CUDA_HOST 3
+/** OpenCL (DLPack kDLOpenCL): tensors are SVM pointers of the context's OpenCL device. */
+#define DSV4_DEVICE_OPENCL 4
 #define DSV4_DEVICE_ROCM 10
 #define DSV4_DEVICE_CUDA_MANAGED 13
 #define DSV4_DEVICE_ONEAPI 14
@@ -97,6 +99,7 @@ typedef struct dsv4_dtype {
 #define DSV4_DTYPE_CODE_UINT 1
 #define DSV4_DTYPE_CODE_FLOAT 2
 #define DSV4_DTYPE_CODE_BFLOAT 4
+/* float16 is {DSV4_DTYPE_CODE_FLOAT, 16, 1}. */
 #define DSV4_DTYPE_CODE_FLOAT8_E4M3FN 10
 
 typedef struct dsv4_tensor {
@@ -135,6 +138,16 @@ typedef struct dsv4_tensor {
 /** Per-tensor FP8 row (FlashInfer TRTLLM-gen path, spec 3.4): entry e = 512 x e4m3fn (512 B) at
  *  block_base + e*512, value = fp8 * kv_scale. Minimum block bytes: B*512. d_qk = 512, V = K. */
 #define DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR 4u
+/** Plain fp16 row (ggml's default KV type, spec 12.1): entry e = 512 x IEEE binary16 (1024 B) at
+ *  block_base + e*1024. Minimum block bytes: B*1024. d_qk = 512, V = K. Cache dtype fp16 or uint8.
+ */
+#define DSV4_KV_LAYOUT_FP16 5u
+
+/** Cache flags (dsv4_kv_cache_desc.flags). */
+/** The FP8 bytes are e4m3 FNUZ (bias 8, 0x80 = NaN, no -0 and no inf; ROCm's SWA encoder on
+ *  gfx942, spec 3.2) instead of OCP e4m3fn. FP8 layouts only; read-only (dsv4_kv_write refuses it:
+ *  engines write such caches with ROCm's own encoder). */
+#define DSV4_KV_CACHE_FLAG_FP8_FNUZ 1u
 
 /** Static description of one KV cache of a layer. */
 typedef struct dsv4_kv_cache_desc {
@@ -142,7 +155,7 @@ typedef struct dsv4_kv_cache_desc {
   int32_t block_size;         /**< entries per block (any value >= 1; e.g. 64 SWA, 64 C4, 2 C128) */
   int64_t block_stride_bytes; /**< bytes between consecutive blocks; 0 = the layout's minimum */
   float kv_scale;             /**< per-tensor FP8 layout only: dequantisation scale (default 1.0) */
-  uint32_t reserved;          /**< must be 0 */
+  uint32_t flags; /**< DSV4_KV_CACHE_FLAG_* (0 = none; "reserved, must be 0" before 0.2) */
 } dsv4_kv_cache_desc;
 
 /** Byte geometry of a layout, from dsv4_kv_layout_get_info(). */

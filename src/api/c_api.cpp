@@ -4,6 +4,7 @@
 #include "common/layout.h"
 #include "core/abi_struct.h"
 #include "core/ctx.h"
+#include "core/merge.h"
 #include "core/plan.h"
 #include "core/run_check.h"
 #include "dsv4/dsv4.h"
@@ -209,6 +210,26 @@ DSV4_API dsv4_status dsv4_kv_write(dsv4_ctx* ctx, const dsv4_kv_write_args* args
     const dsv4_kv_write_args a = read_struct(args, sizeof(dsv4_kv_write_args), "args",
                                              "dsv4_kv_write_args", kv_write_args_default_values());
     kv_write(*ctx, a);
+    return DSV4_STATUS_OK;
+  });
+}
+
+DSV4_API dsv4_status(dsv4_merge_args_init)(dsv4_merge_args* args, size_t struct_size) {
+  return guard("dsv4_merge_args_init", [&] {
+    require_arg(args, "args");
+    init_struct(args, struct_size, sizeof(dsv4_merge_args), "args", "dsv4_merge_args",
+                merge_args_default_values());
+    return DSV4_STATUS_OK;
+  });
+}
+
+DSV4_API dsv4_status dsv4_merge(dsv4_ctx* ctx, const dsv4_merge_args* args) {
+  return guard("dsv4_merge", [&] {
+    require_arg(ctx, "ctx");
+    require_arg(args, "args");
+    const dsv4_merge_args a = read_struct(args, sizeof(dsv4_merge_args), "args", "dsv4_merge_args",
+                                          merge_args_default_values());
+    merge(*ctx, a);
     return DSV4_STATUS_OK;
   });
 }

@@ -20,16 +20,6 @@
 namespace dsv4::detail {
 namespace {
 
-// Compressed list width of a paged plan (spec 4.4 / 4.5): index_topk, the C128A width, or 0.
-int64_t cmp_width_of(const dsv4_plan_options& o) {
-  if (o.compress_ratio == 4) return o.index_topk;
-  if (o.compress_ratio == 128) {
-    const int64_t entries = (o.max_model_len + 127) / 128;
-    return (entries + 127) / 128 * 128;
-  }
-  return 0;
-}
-
 // A required int32 tensor of `ndim` dimensions.
 tensor_view int32_tensor(const dsv4_tensor* t, const std::string& name, int32_t ndim,
                          const dsv4_device& device) {
@@ -152,12 +142,12 @@ dsv4_status export_indices(const dsv4_plan* plan, const dsv4_export_args* args_i
 
   const dsv4_device& dev = plan->ctx->device;
   const int64_t T = run.num_tokens;
-  const int64_t W = o.window;
-  const int64_t width = cmp_width_of(o);
+  const int64_t W = plan->mod.window;
+  const int64_t width = plan->mod.cmp_width;
   dsv4_mod_export exp{};
   exp.struct_size = sizeof(dsv4_mod_export);
   exp.format = a.format;
-  exp.plan = &plan->options;
+  exp.plan = &plan->mod;
   exp.stream = a.stream;
   if (a.format == DSV4_EXPORT_FLASHINFER) {
     for (const auto& [t, name] : {std::pair{a.swa_indices, "swa_indices"},
@@ -169,9 +159,8 @@ dsv4_status export_indices(const dsv4_plan* plan, const dsv4_export_args* args_i
       if (t != nullptr)
         fail(DSV4_STATUS_INVALID_ARGUMENT, "args->%s must be NULL for DSV4_EXPORT_FLASHINFER",
              name);
-    const int64_t cols = W + (width + 3) / 4 * 4;
     read_dense(a.combined_indices, "args->combined_indices", a.combined_lengths,
-               "args->combined_lengths", T, cols, true, dev, &exp.combined);
+               "args->combined_lengths", T, plan->mod.flashinfer_columns, true, dev, &exp.combined);
   } else {
     require_absent(a.combined_indices, "args->combined_indices", "DSV4_EXPORT_FLASHINFER only");
     require_absent(a.combined_lengths, "args->combined_lengths", "DSV4_EXPORT_FLASHINFER only");

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "common/layout.h"
+#include "common/paged_index.h"
 #include "core/abi_struct.h"
 
 namespace dsv4::detail {
@@ -12,6 +13,8 @@ namespace dsv4::detail {
 namespace {
 
 constexpr int32_t kMaxHeads = 128;
+constexpr uint32_t kKnownPlanFlags =
+    DSV4_PLAN_FLAG_BATCH_INVARIANT | DSV4_PLAN_FLAG_REFERENCE_KERNEL;
 
 bool dtype_is(const dsv4_dtype& t, uint8_t code, uint8_t bits) {
   return t.code == code && t.bits == bits && t.lanes == 1;
@@ -27,8 +30,12 @@ void normalize_cache_desc(dsv4_kv_cache_desc& c, const char* name) {
          c.layout);
   if (c.block_size < 1)
     fail(DSV4_STATUS_INVALID_ARGUMENT, "%s.block_size = %d must be >= 1", name, c.block_size);
-  if (c.reserved != 0)
-    fail(DSV4_STATUS_INVALID_ARGUMENT, "%s.reserved = %u must be 0", name, c.reserved);
+  if ((c.flags & ~kKnownCacheFlags) != 0)
+    fail(DSV4_STATUS_INVALID_ARGUMENT, "%s.flags = 0x%x has unknown bits", name, c.flags);
+  if ((c.flags & DSV4_KV_CACHE_FLAG_FP8_FNUZ) != 0 && !layout_is_fp8(c.layout))
+    fail(DSV4_STATUS_INVALID_ARGUMENT,
+         "%s.flags has DSV4_KV_CACHE_FLAG_FP8_FNUZ but layout %s holds no FP8 bytes", name,
+         layout_name(c.layout));
   const int64_t min_bytes = layout_min_block_bytes(c.layout, c.block_size);
   if (c.block_stride_bytes == 0) c.block_stride_bytes = min_bytes;
   if (c.block_stride_bytes < min_bytes)
@@ -102,7 +109,6 @@ void validate_paged(dsv4_plan_options& o) {
   require_at_least(o.max_swa_blocks_per_request, 1, "max_swa_blocks_per_request");
   checked_mul(o.max_requests, o.max_swa_blocks_per_request,
               "options->max_requests * max_swa_blocks_per_request");
-  int64_t per_token = o.window;
   if (compressed) {
     require_at_least(o.max_cmp_blocks_per_request, 1, "max_cmp_blocks_per_request");
     checked_mul(o.max_requests, o.max_cmp_blocks_per_request,
@@ -115,20 +121,20 @@ void validate_paged(dsv4_plan_options& o) {
            o.compressed_block_tokens, o.compress_ratio, o.extra_cache.block_size,
            static_cast<long long>(want));
   }
-  if (o.compress_ratio == 4) {
-    require_at_least(o.index_topk, 1, "index_topk");
-    per_token += o.index_topk;
-  } else if (o.compress_ratio == 128) {
-    // C128A width round_up(ceil(L / 128), 128) (spec 4.5).
-    const int64_t entries = (o.max_model_len + 127) / 128;
-    per_token += (entries + 127) / 128 * 128;
-  }
+  if (o.compress_ratio == 4) require_at_least(o.index_topk, 1, "index_topk");
+  // Candidates per token: the window plus the compressed width (spec 4.4 / 4.5), which must fit the
+  // int32 lists; the workspace holding max_tokens such rows must fit int64 bytes.
+  const int64_t per_token =
+      checked_add(o.window, paged_cmp_width(o.compress_ratio, o.index_topk, o.max_model_len),
+                  "options->window + compressed list width");
   if (per_token > INT32_MAX)
     fail(DSV4_STATUS_INVALID_ARGUMENT,
          "options: candidates per token (window + compressed width) = %lld exceed INT32_MAX "
          "(check options->max_model_len / index_topk / window)",
          static_cast<long long>(per_token));
-  checked_mul(o.max_tokens, per_token, "options->max_tokens * candidates per token");
+  checked_add(checked_mul(checked_mul(o.max_tokens, per_token + 2, "options->max_tokens * lists"),
+                          static_cast<int64_t>(sizeof(int32_t)), "paged list workspace bytes"),
+              static_cast<int64_t>(4 * kPagedWorkspaceAlign), "paged list workspace bytes");
 }
 
 }  // namespace
@@ -161,6 +167,8 @@ const char* layout_name(uint32_t layout) noexcept {
       return "FP8_V32_656B";
     case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR:
       return "FP8_E4M3_PER_TENSOR";
+    case DSV4_KV_LAYOUT_FP16:
+      return "FP16";
     default:
       return "unknown";
   }
@@ -201,7 +209,7 @@ dsv4_plan_options normalize_plan_options(const dsv4_plan_options* options) {
   if (o.mode != DSV4_MODE_EXPLICIT && o.mode != DSV4_MODE_PAGED)
     fail(DSV4_STATUS_INVALID_ARGUMENT,
          "options->mode = %u is not DSV4_MODE_EXPLICIT (0) or DSV4_MODE_PAGED (1)", o.mode);
-  if (o.flags != DSV4_PLAN_FLAG_NONE)
+  if ((o.flags & ~kKnownPlanFlags) != 0)
     fail(DSV4_STATUS_INVALID_ARGUMENT, "options->flags = 0x%x has unknown bits", o.flags);
   if (o.num_heads < 1 || o.num_heads > kMaxHeads)
     fail(DSV4_STATUS_INVALID_ARGUMENT, "options->num_heads = %d must be in 1..%d", o.num_heads,
@@ -213,7 +221,7 @@ dsv4_plan_options normalize_plan_options(const dsv4_plan_options* options) {
   if (o.head_dim_qk != layout_dim)
     fail(DSV4_STATUS_INVALID_ARGUMENT,
          "options->head_dim_qk = %d but options->swa_cache.layout %s holds %d dims (512 for BF16, "
-         "FP8_V4_584B and FP8_E4M3_PER_TENSOR; 576 only for FP8_V32_656B)",
+         "FP16, FP8_V4_584B and FP8_E4M3_PER_TENSOR; 576 only for FP8_V32_656B)",
          o.head_dim_qk, layout_name(o.swa_cache.layout), layout_dim);
   if (o.head_dim_v != kHeadDim)
     fail(DSV4_STATUS_INVALID_ARGUMENT, "options->head_dim_v = %d must be %d", o.head_dim_v,
@@ -256,16 +264,76 @@ dsv4_plan_options normalize_plan_options(const dsv4_plan_options* options) {
   return o;
 }
 
+namespace {
+
+dsv4_mod_cache_plan cache_plan(const dsv4_kv_cache_desc& c) {
+  dsv4_mod_cache_plan p{};
+  p.layout = c.layout;
+  if (c.layout == DSV4_KV_LAYOUT_NONE) return p;
+  p.flags = c.flags;
+  p.block_size = c.block_size;
+  p.bytes_per_token = layout_bytes_per_token(c.layout);
+  p.block_stride_bytes = c.block_stride_bytes;
+  p.kv_scale = c.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR ? c.kv_scale : 1.0f;
+  p.head_dim = layout_head_dim_qk(c.layout);
+  return p;
+}
+
+}  // namespace
+
+dsv4_mod_plan derive_mod_plan(const dsv4_plan_options& o) {
+  dsv4_mod_plan p{};
+  p.struct_size = sizeof p;
+  p.mode = o.mode;
+  p.flags = o.flags;
+  p.num_heads = o.num_heads;
+  p.head_dim_qk = o.head_dim_qk;
+  p.head_dim_v = o.head_dim_v;
+  p.q_dtype = o.q_dtype;
+  p.q_scale = dtype_is(o.q_dtype, DSV4_DTYPE_CODE_FLOAT8_E4M3FN, 8) ? o.q_scale : 1.0f;
+  p.softmax_scale = o.softmax_scale;
+  p.max_tokens = o.max_tokens;
+  p.cache[0] = cache_plan(o.swa_cache);
+  p.cache[1] = cache_plan(o.extra_cache);
+  for (int i = 0; i < 2; ++i) p.logit_scale[i] = p.softmax_scale * p.q_scale * p.cache[i].kv_scale;
+  if (o.mode == DSV4_MODE_EXPLICIT) {
+    p.index_format = o.index_format;
+    p.list_width[0] = o.topk;
+    p.list_width[1] = o.extra_cache.layout != DSV4_KV_LAYOUT_NONE ? o.extra_topk : 0;
+    return p;
+  }
+  // Paged: every width below was bounded by normalize_plan_options (validate_paged).
+  p.index_format = DSV4_INDEX_DENSE;
+  p.compress_ratio = o.compress_ratio;
+  p.window = o.window;
+  p.index_topk = o.compress_ratio == kC4Ratio ? o.index_topk : 0;
+  p.cmp_width =
+      static_cast<int32_t>(paged_cmp_width(o.compress_ratio, o.index_topk, o.max_model_len));
+  p.flashinfer_columns = static_cast<int32_t>(p.window + flashinfer_cmp_columns(p.cmp_width));
+  p.decode_threshold = o.decode_threshold;
+  p.max_requests = o.max_requests;
+  p.max_swa_blocks_per_request = o.max_swa_blocks_per_request;
+  p.max_cmp_blocks_per_request = o.compress_ratio > 1 ? o.max_cmp_blocks_per_request : 0;
+  p.compressed_block_tokens = o.compress_ratio > 1 ? o.compressed_block_tokens : 0;
+  p.max_model_len = o.max_model_len;
+  p.list_width[0] = p.window;
+  p.list_width[1] = p.cmp_width;
+  const paged_workspace_layout w = paged_workspace(o.max_tokens, p.window, p.cmp_width);
+  p.lists = dsv4_mod_lists_map{w.swa_indices, w.swa_lengths, w.cmp_indices, w.cmp_lengths, w.total};
+  return p;
+}
+
 dsv4_plan* plan_create(dsv4_ctx* ctx, const dsv4_plan_options& normalised) {
   auto plan = std::make_unique<dsv4_plan>();
   plan->ctx = ctx;
   plan->options = normalised;
+  plan->mod = derive_mod_plan(normalised);
   const dsv4_backend_iface& m = ctx->module->iface;
   const std::string who = "backend " + ctx->module->name;
   log_scope scope(ctx->log);
   clear_module_error();
   void* mplan = nullptr;
-  const dsv4_status st = m.plan_create(ctx->mctx, &plan->options, &mplan);
+  const dsv4_status st = m.plan_create(ctx->mctx, &plan->mod, &mplan);
   if (st != DSV4_STATUS_OK || mplan == nullptr) fail_from_module(st, who + ": plan_create");
   plan->mplan = mplan;
   // From here on the module plan must be released if anything fails.

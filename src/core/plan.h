@@ -6,11 +6,13 @@
 
 #include "core/ctx.h"
 #include "dsv4/dsv4.h"
+#include "dsv4_backend.h"
 
 struct dsv4_plan {
   dsv4_ctx* ctx = nullptr;      // owner; outlives the plan
   void* mplan = nullptr;        // the module's plan
-  dsv4_plan_options options{};  // normalised (what the module saw)
+  dsv4_plan_options options{};  // normalised public options (run checks, dsv4_plan_get_info)
+  dsv4_mod_plan mod{};          // derived from them once: what the module saw
   size_t workspace_bytes = 0;
   std::string kernel;  // module's kernel name ("" if it reports none)
 };
@@ -28,6 +30,10 @@ dsv4_plan_options normalize_plan_options(const dsv4_plan_options* options);
 // per-tensor layout) and resolves block_stride_bytes 0 to the layout minimum. `name` prefixes
 // messages ("options->swa_cache", "args->cache_desc").
 void normalize_cache_desc(dsv4_kv_cache_desc& desc, const char* name);
+
+// Everything the normalised options imply, for the modules (dsv4_backend.h): list widths, paged
+// geometry, the paged lists' workspace map. Every formula lives here or in backends/common.
+dsv4_mod_plan derive_mod_plan(const dsv4_plan_options& normalised);
 
 // Builds a plan on ctx's backend from normalised options. Throws api_error.
 dsv4_plan* plan_create(dsv4_ctx* ctx, const dsv4_plan_options& normalised);

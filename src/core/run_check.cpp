@@ -427,6 +427,10 @@ void kv_write(dsv4_ctx& ctx, const dsv4_kv_write_args& a) {
     fail(DSV4_STATUS_INVALID_ARGUMENT, "args->reserved = %u must be 0", a.reserved);
   dsv4_kv_cache_desc desc = a.cache_desc;
   normalize_cache_desc(desc, "args->cache_desc");
+  if ((desc.flags & DSV4_KV_CACHE_FLAG_FP8_FNUZ) != 0)
+    fail(DSV4_STATUS_UNSUPPORTED,
+         "args->cache_desc.flags has DSV4_KV_CACHE_FLAG_FP8_FNUZ: such caches are read-only here "
+         "(ROCm's encoder writes them); dsv4_kv_write writes OCP e4m3fn bytes");
   const dsv4_device dev = ctx.device;
   const int32_t dim = layout_head_dim_qk(desc.layout);
 

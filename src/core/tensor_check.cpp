@@ -158,6 +158,10 @@ dsv4_mod_cache check_cache(const dsv4_tensor* t, const std::string& name,
     if (!dtype_equal(d, kBf16) && !(d.bits == 8 && d.code == DSV4_DTYPE_CODE_UINT))
       fail(mismatch, "%s->dtype = %s but layout BF16 needs bfloat16 or uint8", n,
            dtype_name(d).c_str());
+  } else if (desc.layout == DSV4_KV_LAYOUT_FP16) {
+    if (!dtype_equal(d, kF16) && !(d.bits == 8 && d.code == DSV4_DTYPE_CODE_UINT))
+      fail(mismatch, "%s->dtype = %s but layout FP16 needs float16 or uint8", n,
+           dtype_name(d).c_str());
   } else if (!one_byte) {
     fail(mismatch, "%s->dtype = %s but layout %s needs a 1-byte type (uint8, int8, float8_e4m3fn)",
          n, dtype_name(d).c_str(), layout_name(desc.layout));
@@ -197,6 +201,7 @@ dsv4_mod_cache check_cache(const dsv4_tensor* t, const std::string& name,
   c.block_stride_bytes = desc.block_stride_bytes;
   c.num_blocks = v.shape[0];
   c.kv_scale = desc.kv_scale;
+  c.flags = desc.flags;
   mul_or_fail(c.num_blocks, c.block_size, name, "capacity (blocks * block_size)");
   return c;
 }

@@ -30,6 +30,7 @@ bool dtype_equal(const dsv4_dtype& a, const dsv4_dtype& b);
 
 constexpr dsv4_dtype kBf16{DSV4_DTYPE_CODE_BFLOAT, 16, 1};
 constexpr dsv4_dtype kF32{DSV4_DTYPE_CODE_FLOAT, 32, 1};
+constexpr dsv4_dtype kF16{DSV4_DTYPE_CODE_FLOAT, 16, 1};
 constexpr dsv4_dtype kI32{DSV4_DTYPE_CODE_INT, 32, 1};
 
 // Generic well-formedness: ndim 1..8, shape non-NULL and >= 0, strides >= 0, whole bytes per

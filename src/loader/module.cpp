@@ -75,9 +75,9 @@ bool open_module(loaded_module& m) {
     m.status = "entry returned no interface table";
     return false;
   }
-  if (iface->struct_size < kIface10Size) {
-    m.status = strprintf("interface table too small (%u < %zu bytes of module ABI 1.0)",
-                         iface->struct_size, kIface10Size);
+  if (iface->struct_size < kIface20Size) {
+    m.status = strprintf("interface table too small (%u < %zu bytes of module ABI 2.0)",
+                         iface->struct_size, kIface20Size);
     return false;
   }
   // Copy what the module declared; anything past it stays NULL.

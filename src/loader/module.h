@@ -10,8 +10,8 @@
 
 namespace dsv4::detail {
 
-// Size of the module ABI 1.0 interface table: the host rejects anything smaller.
-constexpr size_t kIface10Size = offsetof(dsv4_backend_iface, export_indices) + sizeof(void*);
+// Size of the module ABI 2.0 interface table: the host rejects anything smaller.
+constexpr size_t kIface20Size = offsetof(dsv4_backend_iface, merge) + sizeof(void*);
 
 struct loaded_module {
   std::string real_path;

@@ -17,6 +17,7 @@ HEADERS = ["include/dsv4/dsv4_types.h", "include/dsv4/dsv4.h", "include/dsv4/dsv
 STRUCTS = ["dsv4_device", "dsv4_dtype", "dsv4_tensor", "dsv4_kv_cache_desc", "dsv4_kv_layout_info",
            "dsv4_ctx_options", "dsv4_backend_info", "dsv4_device_info", "dsv4_ctx_info",
            "dsv4_plan_options", "dsv4_plan_info", "dsv4_run_args", "dsv4_kv_write_args", "dsv4_export_args",
+           "dsv4_merge_args",
            "dsv4_backend_iface"]
 
 
@@ -41,7 +42,8 @@ def fields(text, name):
 
 def main():
     text = "".join(open(os.path.join(ROOT, h)).read() for h in HEADERS)
-    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "dsv4_backend.h"', "int main(void) {"]
+    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include <dsv4/dsv4_paged.h>',
+             '#include "dsv4_backend.h"', "int main(void) {"]
     for s in STRUCTS:
         lines.append('printf("PIN_SIZE(%s, %%zu);\\n", sizeof(%s));' % (s, s))
         for f in fields(text, s):

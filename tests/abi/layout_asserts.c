@@ -6,7 +6,7 @@
  *  2. Every public struct's sizeof and field offsets are pinned (LP64): structs only grow at their
  *     end, so a changed pin means a broken ABI. After an intentional append, regenerate the pins
  * with tests/abi/gen_layout_pins.py, update them here and note the change in the CHANGELOG.
- *  3. The module table's last 1.0 slot (export_indices) stays where module ABI 1.0 put it.
+ *  3. The module table's last 2.0 slot (merge) stays where module ABI 2.0 put it.
  */
 #include <dlpack/dlpack.h>
 #include <dsv4/dsv4_paged.h>
@@ -83,7 +83,7 @@ PIN_OFFSET(dsv4_kv_cache_desc, layout, 0);
 PIN_OFFSET(dsv4_kv_cache_desc, block_size, 4);
 PIN_OFFSET(dsv4_kv_cache_desc, block_stride_bytes, 8);
 PIN_OFFSET(dsv4_kv_cache_desc, kv_scale, 16);
-PIN_OFFSET(dsv4_kv_cache_desc, reserved, 20);
+PIN_OFFSET(dsv4_kv_cache_desc, flags, 20);
 PIN_SIZE(dsv4_kv_layout_info, 32);
 PIN_OFFSET(dsv4_kv_layout_info, struct_size, 0);
 PIN_OFFSET(dsv4_kv_layout_info, layout, 4);
@@ -205,13 +205,23 @@ PIN_OFFSET(dsv4_export_args, cmp_indptr, 56);
 PIN_OFFSET(dsv4_export_args, combined_indices, 64);
 PIN_OFFSET(dsv4_export_args, combined_lengths, 72);
 PIN_OFFSET(dsv4_export_args, stream, 80);
+PIN_SIZE(dsv4_merge_args, 56);
+PIN_OFFSET(dsv4_merge_args, struct_size, 0);
+PIN_OFFSET(dsv4_merge_args, reserved, 4);
+PIN_OFFSET(dsv4_merge_args, out_parts, 8);
+PIN_OFFSET(dsv4_merge_args, lse_parts, 16);
+PIN_OFFSET(dsv4_merge_args, attn_sink, 24);
+PIN_OFFSET(dsv4_merge_args, out, 32);
+PIN_OFFSET(dsv4_merge_args, lse, 40);
+PIN_OFFSET(dsv4_merge_args, stream, 48);
 
-/* ---- 3. module ABI 1.0 table: its last slot stays put; the table may only grow ---- */
+/* ---- 3. module ABI 2.0 table: its last slot stays put; the table may only grow ---- */
 PIN_OFFSET(dsv4_backend_iface, struct_size, 0);
 PIN_OFFSET(dsv4_backend_iface, probe, 32);
 PIN_OFFSET(dsv4_backend_iface, run, 96);
 PIN_OFFSET(dsv4_backend_iface, kv_write, 104);
 PIN_OFFSET(dsv4_backend_iface, export_indices, 112);
-_Static_assert(sizeof(dsv4_backend_iface) >= 120, "module ABI 1.0 table shrank");
+PIN_OFFSET(dsv4_backend_iface, merge, 120);
+_Static_assert(sizeof(dsv4_backend_iface) >= 128, "module ABI 2.0 table shrank");
 
 int main(void) { return (int)(sizeof(dsv4_tensor) != sizeof(DLTensor)); }

@@ -61,6 +61,7 @@ struct CaseSpec {
   bool q_strided = false;    // q viewed inside a [.., H, 2d] allocation with a byte offset
   bool out_strided = false;  // out viewed inside a [.., H, 640] allocation
   bool q_fp8 = false;        // e4m3 q with q_scale (per-tensor FP8 layout only)
+  bool fnuz = false;         // 584 B cache holding FP8 FNUZ bytes (ROCm gfx942's flavour)
   bool csr = false;
   bool lse_bhs = false;  // lse / max_logits as FlashMLA's [B,H,S] (4-D q only)
   bool want_lse = true;
@@ -247,7 +248,30 @@ dsv4_kv_cache_desc cache_desc(const CaseSpec& c, const Scope& s) {
   d.block_size = s.spec.block_size;
   d.block_stride_bytes = s.stride_bytes;
   d.kv_scale = s.kv_scale;
+  d.flags = c.fnuz ? DSV4_KV_CACHE_FLAG_FP8_FNUZ : 0u;
   return d;
+}
+
+// Rewrites a 584 B cache written with OCP e4m3fn bytes (dsv4_kv_write) into the same values in
+// FNUZ bytes: an FNUZ byte is half the OCP value of its bits, so each written entry's UE8M0 scales
+// grow by one and its -0 bytes (0x80, NaN in FNUZ) become +0. Every byte of an unwritten entry or
+// of block padding becomes 0x80 (FNUZ NaN) so a read of one shows.
+void convert_to_fnuz(const Scope& s, const std::vector<int32_t>& written, std::vector<uint8_t>* b) {
+  const int64_t B = s.spec.block_size;
+  std::vector<char> kind(b->size(), 0);  // 0 unwritten, 1 FP8 data, 2 scale byte, 3 keep
+  for (int32_t slot : written) {
+    const int64_t base = (slot / B) * s.stride_bytes, e = slot % B;
+    std::fill(kind.begin() + base + e * 576, kind.begin() + base + e * 576 + 448, 1);
+    std::fill(kind.begin() + base + e * 576 + 448, kind.begin() + base + e * 576 + 576, 3);
+    std::fill(kind.begin() + base + B * 576 + e * 8, kind.begin() + base + B * 576 + e * 8 + 7, 2);
+    kind[static_cast<size_t>(base + B * 576 + e * 8 + 7)] = 3;
+  }
+  for (size_t i = 0; i < b->size(); ++i) {
+    uint8_t& x = (*b)[i];
+    if (kind[i] == 0) x = 0x80;
+    if (kind[i] == 1 && x == 0x80) x = 0x00;
+    if (kind[i] == 2) x = static_cast<uint8_t>(x + 1);  // scales stay far below 254 here
+  }
 }
 
 // Creates the cache on the device, fills it with 0xFF and writes random rows into the referenced
@@ -280,11 +304,16 @@ dsv4_kv_cache_desc cache_desc(const CaseSpec& c, const Scope& s) {
     w.slots = st.get();
     w.cache = ct.get();
     w.stream = dev->stream();
+    w.cache_desc.flags = 0;  // written as OCP bytes, then converted below
     const dsv4_status status = dsv4_kv_write(ctx, &w);
     if (status != DSV4_STATUS_OK)
       return ::testing::AssertionFailure() << "dsv4_kv_write: " << status_text(status);
   }
   s->host_cache = s->cache.download<uint8_t>();
+  if (c.fnuz) {
+    convert_to_fnuz(*s, slots, &s->host_cache);
+    s->cache.upload(s->host_cache);
+  }
   return ::testing::AssertionSuccess();
 }
 
@@ -296,6 +325,7 @@ RefCache ref_cache(const CaseSpec& c, const Scope& s) {
   r.block_stride_bytes = s.stride_bytes;
   r.num_blocks = s.num_blocks;
   r.kv_scale = static_cast<double>(s.kv_scale);
+  r.flags = c.fnuz ? DSV4_KV_CACHE_FLAG_FP8_FNUZ : 0u;
   return r;
 }
 
@@ -308,6 +338,7 @@ struct Outputs {
   std::vector<float> max_raw;     // whole max_logits allocation
   std::string kernel;
   std::string backend;
+  std::string unsupported;  // the backend refused the plan as UNSUPPORTED (its message)
 };
 
 struct Problem {
@@ -458,6 +489,10 @@ OutGeometry out_geometry(const CaseSpec& c) {
   }
   dsv4_plan* raw_plan = nullptr;
   dsv4_status st = dsv4_plan_create(ctx, &po, &raw_plan);
+  if (st == DSV4_STATUS_UNSUPPORTED) {
+    o->unsupported = dsv4_last_error_message();
+    return ::testing::AssertionSuccess();
+  }
   if (st != DSV4_STATUS_OK)
     return ::testing::AssertionFailure() << "dsv4_plan_create: " << status_text(st);
   PlanPtr plan(raw_plan);
@@ -744,6 +779,9 @@ void run_and_check(const CaseSpec& c) {
   ASSERT_TRUE(make_problem(g_device, ctx.get(), c, &p));
   Outputs o;
   ASSERT_TRUE(run_once(g_device, &p, ctx.get(), &o));
+  // A backend may refuse what it does not serve (a layout, a cache flavour), saying why; the CPU
+  // backend serves everything, so the suite on CPU skips nothing.
+  if (!o.unsupported.empty()) GTEST_SKIP() << "backend refuses the plan: " << o.unsupported;
   SCOPED_TRACE("backend " + o.backend + ", kernel " + o.kernel);
   check_against_reference(p, o);
 }
@@ -761,6 +799,8 @@ const char* layout_tag(uint32_t layout) {
       return "fp8v32";
     case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR:
       return "fp8pt";
+    case DSV4_KV_LAYOUT_FP16:
+      return "fp16";
     default:
       return "unknown";
   }
@@ -791,7 +831,8 @@ std::vector<CaseSpec> decode_cases() {
   std::vector<CaseSpec> v;
   const bool full = full_matrix();
   const uint32_t layouts[] = {DSV4_KV_LAYOUT_FP8_V4_584B, DSV4_KV_LAYOUT_BF16,
-                              DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, DSV4_KV_LAYOUT_FP8_V32_656B};
+                              DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, DSV4_KV_LAYOUT_FP8_V32_656B,
+                              DSV4_KV_LAYOUT_FP16};
   for (uint32_t layout : layouts) {
     const std::string tag = layout_tag(layout);
     {  // 4-D q, FlashMLA [B,H,S] lse, per-batch-row lengths, extra cache with its own lengths
@@ -892,6 +933,24 @@ std::vector<CaseSpec> decode_cases() {
       v.push_back(c);
     }
   }
+  {  // ROCm gfx942's FNUZ flavour of the 584 B layout (spec 3.2), with an extra FNUZ cache
+    CaseSpec c = decode_case("decode_fp8v4_fnuz_extra", DSV4_KV_LAYOUT_FP8_V4_584B, 16, 4, 2);
+    c.fnuz = true;
+    c.q4d = true;
+    c.main = scope(512, 128, 64, Lengths::kPerBatchRow);
+    c.extra = true;
+    c.extra_scope = scope(256, 64, 2, Lengths::kPerToken);
+    c.sink = Sink::kMixed;
+    v.push_back(c);
+  }
+  {
+    CaseSpec c = decode_case("decode_fp8v4_fnuz_bs69_h64", DSV4_KV_LAYOUT_FP8_V4_584B, 64, 8, 1);
+    c.fnuz = true;
+    c.all_invalid = true;
+    c.main = scope(400, 256, 69);
+    c.sink = Sink::kFinite;
+    v.push_back(c);
+  }
   if (full) {  // FlashMLA's shapes with b in {4, 74}, s_q in {1, 3}, h in {64, 128}
     struct Shape {
       int s_k, topk, bs;
@@ -938,7 +997,8 @@ std::vector<CaseSpec> prefill_cases() {
       {114, 384, 9, 16, 2},   {592, 128, 31, 16, 256}, {1521, 512, 4, 8, 69},
   };
   const uint32_t layouts[] = {DSV4_KV_LAYOUT_FP8_V4_584B, DSV4_KV_LAYOUT_BF16,
-                              DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, DSV4_KV_LAYOUT_FP8_V32_656B};
+                              DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, DSV4_KV_LAYOUT_FP8_V32_656B,
+                              DSV4_KV_LAYOUT_FP16};
   int n = 0;
   for (uint32_t layout : layouts) {
     for (const Shape& sh : shapes) {

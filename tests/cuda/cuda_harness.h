@@ -19,10 +19,17 @@
 
 #include "common/codec.h"
 #include "common/layout.h"
+#include "core/plan.h"
 #include "dsv4_backend.h"
 #include "reference.h"
 
 namespace dsv4cudatest {
+
+// The derived plan a module receives for public options: the library's own normalisation and
+// derivation (src/core/plan.cpp, linked from dsv4_internal), never a copy of them.
+inline dsv4_mod_plan mod_plan_of(const dsv4_plan_options& o) {
+  return dsv4::detail::derive_mod_plan(dsv4::detail::normalize_plan_options(&o));
+}
 
 constexpr int kSkip = 77;  // ctest SKIP_RETURN_CODE
 

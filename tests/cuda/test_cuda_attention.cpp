@@ -98,7 +98,8 @@ struct plan_holder {
   void* plan = nullptr;
   size_t workspace = 0;
   plan_holder(const dsv4_backend_iface* i, void* ctx, const dsv4_plan_options& o) : iface(i) {
-    DSV4_OK(iface->plan_create(ctx, &o, &plan));
+    const dsv4_mod_plan mod = mod_plan_of(o);
+    DSV4_OK(iface->plan_create(ctx, &mod, &plan));
     DSV4_OK(iface->plan_get_workspace_size(plan, &workspace));
   }
   ~plan_holder() { iface->plan_destroy(plan); }
@@ -445,7 +446,8 @@ bool cross_check_cpu(const explicit_problem& P, const std::vector<double>& out,
   const explicit_case& c = P.c;
   const int T = c.batch * c.seq_q, H = c.heads;
   void* plan = nullptr;
-  DSV4_OK(g_cpu->plan_create(g_cpu_ctx, &P.options, &plan));
+  const dsv4_mod_plan mod = mod_plan_of(P.options);
+  DSV4_OK(g_cpu->plan_create(g_cpu_ctx, &mod, &plan));
   size_t ws_bytes = 0;
   DSV4_OK(g_cpu->plan_get_workspace_size(plan, &ws_bytes));
   std::vector<uint8_t> ws(ws_bytes + 64);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -223,6 +224,48 @@ TEST_F(KvWriter, HandComputedBf16Row) {
   expect_untouched_except({7});
 }
 
+TEST_F(KvWriter, HandComputedFp16Row) {
+  // The fp16 layout (spec 12.1) stores binary16(x), round to nearest even, little-endian:
+  //   1.0 = 0x3C00; -2.5 = 0xC100; 0.001 -> 0x1419; 448 = 0x5F00; 1e-6 -> subnormal 17 = 0x0011;
+  //   -448 = 0xDF00; 0.0625 = 0x2C00; 0.3 -> 0x34CD; 3e-5 -> subnormal 503 = 0x01F7;
+  //   -1e-5 -> subnormal 168 = 0x80A8; 1000 = 0x63D0; -1 = 0xBC00; 3 = 0x4200.
+  make_cache(DSV4_KV_LAYOUT_FP16, 3, 16, 2);
+  ASSERT_EQ(write(hand_row(512), {4}), DSV4_STATUS_OK) << dsv4_last_error_message();
+  expect_bytes(
+      entry_data(4),
+      {{0, 0x00},   {1, 0x3C},   {2, 0x00},   {3, 0xC1},   {4, 0x19},   {5, 0x14},   {6, 0x00},
+       {7, 0x5F},   {8, 0x11},   {9, 0x00},   {10, 0x00},  {11, 0xDF},  {12, 0x00},  {13, 0x2C},
+       {14, 0xCD},  {15, 0x34},  {128, 0xF7}, {129, 0x01}, {130, 0xA8}, {131, 0x80}, {256, 0xD0},
+       {257, 0x63}, {258, 0x00}, {259, 0xBC}, {260, 0x00}, {261, 0x42}, {896, 0x00}, {897, 0x3C},
+       {898, 0x00}, {899, 0xC1}, {900, 0x19}, {901, 0x14}, {902, 0x11}, {903, 0x00}},
+      1024, "fp16 row");
+  expect_untouched_except({4});
+}
+
+TEST_F(KvWriter, Fp16SaturatesToInfinityLikeGgml) {
+  // Beyond the largest binary16 (65504) the value rounds to +-inf; 65519.99 still rounds down.
+  make_cache(DSV4_KV_LAYOUT_FP16, 2, 0, 1);
+  std::vector<float> row(512, 0.0f);
+  row[0] = 70000.0f;
+  row[1] = -65519.0f;
+  row[2] = 65520.0f;
+  row[3] = 65519.99f;
+  row[4] = std::numeric_limits<float>::infinity();
+  ASSERT_EQ(write(row, {1}), DSV4_STATUS_OK) << dsv4_last_error_message();
+  expect_bytes(entry_data(1),
+               {{0, 0x00},
+                {1, 0x7C},
+                {2, 0xFF},
+                {3, 0xFB},
+                {4, 0x00},
+                {5, 0x7C},
+                {6, 0xFF},
+                {7, 0x7B},
+                {8, 0x00},
+                {9, 0x7C}},
+               1024, "fp16 saturation");
+}
+
 TEST_F(KvWriter, HandComputedPerTensorRow) {
   // kv_scale 0.5: q = e4m3_satfinite(clamp(x / 0.5, +-448)) straight from fp32 (no bf16 step).
   //   1 -> 2 = 0.1000.000 = 0x40;  -2.5 -> -5 = -1.25*2^2 -> 1.1001.010 = 0xCA
@@ -364,6 +407,12 @@ TEST_P(KvWriterRoundTrip, DecodesBackWithinQuantiserError) {
           fail(r, k, dec[static_cast<size_t>(k)], x[k], "bf16");
       continue;
     }
+    if (rc.layout == DSV4_KV_LAYOUT_FP16) {
+      for (int64_t k = 0; k < d; ++k)
+        if (dec[static_cast<size_t>(k)] != ref_fp16_to_double(ref_double_to_fp16(x[k])))
+          fail(r, k, dec[static_cast<size_t>(k)], x[k], "fp16");
+      continue;
+    }
     if (rc.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR) {
       const double s = static_cast<double>(kv_scale);
       for (int64_t k = 0; k < d; ++k) {
@@ -421,6 +470,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, KvWriterRoundTrip,
                                            RoundTripCase{DSV4_KV_LAYOUT_FP8_V4_584B, 69, 64},
                                            RoundTripCase{DSV4_KV_LAYOUT_BF16, 61, 2048},
                                            RoundTripCase{DSV4_KV_LAYOUT_BF16, 3, 0},
+                                           RoundTripCase{DSV4_KV_LAYOUT_FP16, 7, 64},
                                            RoundTripCase{DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, 53,
                                                          512},
                                            RoundTripCase{DSV4_KV_LAYOUT_FP8_V32_656B, 61, 656},
@@ -516,8 +566,9 @@ TEST_F(KvWriter, PerTensorSaturatesAt448) {
 // read device memory to validate, so they skip that row and write the others (dsv4.h).
 TEST_F(KvWriter, SlotBeyondCapacityWritesNothing) {
   const bool strict = std::string(g_device->backend()) == "cpu";
-  for (uint32_t layout : {DSV4_KV_LAYOUT_FP8_V4_584B, DSV4_KV_LAYOUT_BF16,
-                          DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, DSV4_KV_LAYOUT_FP8_V32_656B}) {
+  for (uint32_t layout :
+       {DSV4_KV_LAYOUT_FP8_V4_584B, DSV4_KV_LAYOUT_BF16, DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR,
+        DSV4_KV_LAYOUT_FP8_V32_656B, DSV4_KV_LAYOUT_FP16}) {
     SCOPED_TRACE("layout " + std::to_string(layout));
     make_cache(layout, 5, 0, 3);  // capacity 15
     const int64_t d = ref_layout_head_dim_qk(layout);

@@ -8,8 +8,8 @@
  *   FAKE_SCORE         probe score (default 5)
  *   FAKE_DEVICE_TYPE   device type served (default DSV4_DEVICE_CPU)
  *   FAKE_NO_ENTRY      export no entry symbol at all
- *   FAKE_ABI_MAJOR2    answer ABI 2.0 to the negotiation
- *   FAKE_ABI_MINOR_NEW module speaks 1.7 and answers min(host, module) as the contract says
+ *   FAKE_ABI_OLD_MAJOR answer module ABI 1.0 (a module built for libdsv4 0.1)
+ *   FAKE_ABI_MINOR_NEW module speaks 2.7 and answers min(host, module) as the contract says
  *   FAKE_PROBE_ZERO    probe score 0 with a reason
  *   FAKE_CTX_FAIL      ctx_create returns DSV4_STATUS_BACKEND_ERROR
  *   FAKE_IFACE_SMALL   table struct_size smaller than the 1.0 table
@@ -91,10 +91,9 @@ static dsv4_status fake_ctx_create(const dsv4_mod_ctx_config* config, void** out
 
 static void fake_ctx_destroy(void* mctx) { (void)mctx; }
 
-static dsv4_status fake_plan_create(void* mctx, const dsv4_plan_options* options,
-                                    void** out_mplan) {
+static dsv4_status fake_plan_create(void* mctx, const dsv4_mod_plan* plan, void** out_mplan) {
   (void)mctx;
-  (void)options;
+  (void)plan;
   (void)out_mplan;
   if (g_host) g_host->set_error("fake modules have no kernels");
   return DSV4_STATUS_UNSUPPORTED;
@@ -128,7 +127,7 @@ static dsv4_status fake_kv_write(void* mctx, const dsv4_mod_kv_write* write) {
 
 static const dsv4_backend_iface g_iface = {
 #ifdef FAKE_IFACE_SMALL
-    (uint32_t)offsetof(dsv4_backend_iface, kv_write), /* a table that stops before 1.0 ends */
+    (uint32_t)offsetof(dsv4_backend_iface, kv_write), /* a table that stops before 2.0 ends */
 #else
     (uint32_t)sizeof(dsv4_backend_iface),
 #endif
@@ -148,6 +147,7 @@ static const dsv4_backend_iface g_iface = {
     fake_run,
     fake_kv_write,
     NULL, /* export_indices: optional */
+    NULL, /* merge: optional */
 };
 
 #ifdef FAKE_NO_ENTRY
@@ -170,8 +170,9 @@ FAKE_ENTRY_VISIBILITY dsv4_status dsv4_backend_entry(uint32_t* inout_abi_version
   (void)g_iface;
   return DSV4_STATUS_ABI_MISMATCH;
 #else
-#ifdef FAKE_ABI_MAJOR2
-  *inout_abi_version = 2u << 16;
+#ifdef FAKE_ABI_OLD_MAJOR
+  /* A module built for module ABI 1.x (libdsv4 0.1) answers with its own major. */
+  *inout_abi_version = 1u << 16;
 #else
   if ((*inout_abi_version >> 16) != (FAKE_MODULE_ABI >> 16)) return DSV4_STATUS_ABI_MISMATCH;
   if (*inout_abi_version > FAKE_MODULE_ABI) *inout_abi_version = FAKE_MODULE_ABI;

@@ -170,7 +170,7 @@ TEST_P(LoaderFault, EnumerationCreationAndLog) {
     EXPECT_EQ(info->score, c.score);
     EXPECT_EQ(info->device_type, DSV4_DEVICE_CPU);
     EXPECT_EQ(info->device_count, 1);
-    EXPECT_EQ(info->module_abi, 0x00010000u) << "negotiated ABI must be the host's 1.0";
+    EXPECT_EQ(info->module_abi, 0x00020000u) << "negotiated ABI must be the host's 2.0";
   }
 
   dsv4_ctx_info ctx_info;
@@ -216,7 +216,7 @@ INSTANTIATE_TEST_SUITE_P(
         FaultCase{"ok", true, 5, {}, DSV4_STATUS_OK, {"selected"}},
         FaultCase{"no_entry", false, 0, {"entry"}, DSV4_STATUS_NO_BACKEND, {"entry"}},
         FaultCase{
-            "abi_major", false, 0, {"ABI", "major"}, DSV4_STATUS_NO_BACKEND, {"ABI", "major"}},
+            "abi_major", false, 0, {"ABI major 1 != 2"}, DSV4_STATUS_NO_BACKEND, {"ABI", "major"}},
         FaultCase{"abi_minor_new", true, 5, {}, DSV4_STATUS_OK, {}},
         FaultCase{"probe_zero",
                   false,
@@ -262,7 +262,7 @@ TEST(Loader, ProbeZeroReportsScoreZero) {
   EXPECT_EQ(info->available, 0);
   EXPECT_EQ(info->score, 0);
   EXPECT_STREQ(info->name, "fake_probe_zero");
-  EXPECT_EQ(info->module_abi, 0x00010000u);
+  EXPECT_EQ(info->module_abi, 0x00020000u);
 }
 
 TEST(Loader, CtxFailMessageNamesModuleFailure) {

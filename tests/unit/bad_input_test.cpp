@@ -547,10 +547,32 @@ TEST_F(BadInput, PlanCreateRejectsBadOptions) {
        [](dsv4_plan_options& o) { o.swa_cache.block_stride_bytes = -37440; },
        {kInvalid},
        "block_stride_bytes"},
-      {"cache reserved",
-       [](dsv4_plan_options& o) { o.swa_cache.reserved = 1; },
+      {"cache flags unknown bit",
+       [](dsv4_plan_options& o) { o.swa_cache.flags = 0x100; },
        {kInvalid},
-       "reserved"},
+       "options->swa_cache.flags"},
+      {"FNUZ flag on a bf16 cache",
+       [](dsv4_plan_options& o) {
+         o.swa_cache.layout = DSV4_KV_LAYOUT_BF16;
+         o.swa_cache.flags = DSV4_KV_CACHE_FLAG_FP8_FNUZ;
+       },
+       {kInvalid},
+       "FNUZ"},
+      {"plan flags unknown bit",
+       [](dsv4_plan_options& o) { o.flags = 0x80; },
+       {kInvalid},
+       "options->flags"},
+      {"C128A max_model_len INT64_MAX",
+       [](dsv4_plan_options& o) {
+         o.mode = DSV4_MODE_PAGED;
+         o.compress_ratio = 128;
+         o.extra_cache = o.swa_cache;
+         o.extra_cache.block_size = 2;
+         o.compressed_block_tokens = 256;
+         o.max_model_len = INT64_MAX;
+       },
+       {kInvalid},
+       "max_model_len"},
       {"mode 7", [](dsv4_plan_options& o) { o.mode = 7; }, {kInvalid}, "options->mode"},
       {"index_format 5",
        [](dsv4_plan_options& o) { o.index_format = 5; },

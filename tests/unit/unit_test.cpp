@@ -54,9 +54,9 @@ TEST(Init, PlanOptionsDefaults) {
   EXPECT_EQ(o.swa_cache.block_size, 64);
   EXPECT_EQ(o.swa_cache.block_stride_bytes, 0);
   EXPECT_EQ(o.swa_cache.kv_scale, 1.0f);
-  EXPECT_EQ(o.swa_cache.reserved, 0u);
+  EXPECT_EQ(o.swa_cache.flags, 0u);
   EXPECT_EQ(o.extra_cache.layout, DSV4_KV_LAYOUT_NONE);
-  EXPECT_EQ(o.extra_cache.reserved, 0u);
+  EXPECT_EQ(o.extra_cache.flags, 0u);
   EXPECT_EQ(o.index_format, DSV4_INDEX_DENSE);
   EXPECT_EQ(o.topk, 128);
   EXPECT_EQ(o.extra_topk, 0);
@@ -107,7 +107,7 @@ TEST(Init, KvWriteArgsDefaults) {
   ASSERT_EQ(dsv4_kv_write_args_init(&a), DSV4_STATUS_OK);
   EXPECT_EQ(a.struct_size, sizeof(dsv4_kv_write_args));
   EXPECT_EQ(a.reserved, 0u);
-  EXPECT_EQ(a.cache_desc.reserved, 0u);
+  EXPECT_EQ(a.cache_desc.flags, 0u);
   EXPECT_EQ(a.values, nullptr);
   EXPECT_EQ(a.slots, nullptr);
   EXPECT_EQ(a.cache, nullptr);

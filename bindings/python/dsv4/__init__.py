@@ -15,7 +15,7 @@ import threading
 
 from . import _lib
 from ._constants import (API_VERSION, DTypeCode, DeviceType, ExportFormat, IndexFormat,
-                         KvLayout, LogLevel, Mode, PlanFlag, Status)
+                         KvCacheFlag, KvLayout, LogLevel, Mode, PlanFlag, Status)
 from ._lib import Dsv4Error, load_library
 from ._tensor import (DType, Tensor, as_device, as_dtype, as_tensor, bfloat16, float8_e4m3fn,
                       float16, float32, float64, int8, int16, int32, int64, uint8, uint16,
@@ -23,7 +23,8 @@ from ._tensor import (DType, Tensor, as_device, as_dtype, as_tensor, bfloat16, f
 
 __all__ = [
     "API_VERSION", "BackendInfo", "Context", "ContextInfo", "DType", "DTypeCode", "DeviceInfo",
-    "DeviceType", "Dsv4Error", "ExportFormat", "IndexFormat", "KvCacheDesc", "KvLayout",
+    "DeviceType", "Dsv4Error", "ExportFormat", "IndexFormat", "KvCacheDesc", "KvCacheFlag",
+    "KvLayout",
     "KvLayoutInfo", "LogLevel", "Mode", "Plan", "PlanFlag", "PlanInfo", "Status", "Tensor",
     "as_device", "as_dtype", "as_tensor", "bfloat16", "enumerate_backends", "export_indices",
     "float16", "float32", "float64", "float8_e4m3fn", "int8", "int16", "int32", "int64",

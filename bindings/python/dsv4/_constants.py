@@ -7,7 +7,7 @@ import enum
 
 # DSV4_API_VERSION of the header this binding mirrors: major << 16 | minor.
 API_VERSION_MAJOR = 0
-API_VERSION_MINOR = 1
+API_VERSION_MINOR = 2
 API_VERSION = (API_VERSION_MAJOR << 16) | API_VERSION_MINOR
 
 
@@ -29,6 +29,7 @@ class DeviceType(enum.IntEnum):
     CPU = 1
     CUDA = 2
     CUDA_HOST = 3
+    OPENCL = 4
     ROCM = 10
     CUDA_MANAGED = 13
     ONEAPI = 14
@@ -49,6 +50,11 @@ class KvLayout(enum.IntEnum):
     FP8_V4_584B = 2
     FP8_V32_656B = 3
     FP8_E4M3_PER_TENSOR = 4
+    FP16 = 5
+
+
+class KvCacheFlag(enum.IntFlag):
+    FP8_FNUZ = 1
 
 
 class LogLevel(enum.IntEnum):
@@ -70,6 +76,8 @@ class IndexFormat(enum.IntEnum):
 
 class PlanFlag(enum.IntFlag):
     NONE = 0
+    BATCH_INVARIANT = 1
+    REFERENCE_KERNEL = 2
 
 
 class ExportFormat(enum.IntEnum):

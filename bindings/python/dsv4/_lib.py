@@ -34,7 +34,7 @@ class CTensor(_c.Structure):
 class CKvCacheDesc(_c.Structure):
     _fields_ = [("layout", _c.c_uint32), ("block_size", _c.c_int32),
                 ("block_stride_bytes", _c.c_int64), ("kv_scale", _c.c_float),
-                ("reserved", _c.c_uint32)]
+                ("flags", _c.c_uint32)]
 
 
 class CKvLayoutInfo(_c.Structure):
@@ -116,6 +116,13 @@ class CKvWriteArgs(_c.Structure):
                 ("stream", _c.c_void_p)]
 
 
+class CMergeArgs(_c.Structure):
+    _fields_ = [("struct_size", _c.c_uint32), ("reserved", _c.c_uint32),
+                ("out_parts", _c.POINTER(CTensor)), ("lse_parts", _c.POINTER(CTensor)),
+                ("attn_sink", _c.POINTER(CTensor)), ("out", _c.POINTER(CTensor)),
+                ("lse", _c.POINTER(CTensor)), ("stream", _c.c_void_p)]
+
+
 # ---------------------------------------- dsv4_paged.h ------------------------------------------
 EXPORT_TENSORS = ("swa_indices", "swa_lengths", "swa_indptr", "cmp_indices", "cmp_lengths",
                   "cmp_indptr", "combined_indices", "combined_lengths")
@@ -136,6 +143,7 @@ STRUCTS = {
     "dsv4_device_info": CDeviceInfo, "dsv4_ctx_info": CCtxInfo,
     "dsv4_plan_options": CPlanOptions, "dsv4_plan_info": CPlanInfo, "dsv4_run_args": CRunArgs,
     "dsv4_kv_write_args": CKvWriteArgs, "dsv4_export_args": CExportArgs,
+    "dsv4_merge_args": CMergeArgs,
 }
 
 _P = _c.POINTER
@@ -168,6 +176,8 @@ SIGNATURES = {
     "dsv4_kv_write": (_status, [_handle, _P(CKvWriteArgs)]),
     "dsv4_export_args_init": (_status, [_P(CExportArgs), _c.c_size_t]),
     "dsv4_export_indices": (_status, [_handle, _P(CExportArgs)]),
+    "dsv4_merge_args_init": (_status, [_P(CMergeArgs), _c.c_size_t]),
+    "dsv4_merge": (_status, [_handle, _P(CMergeArgs)]),
 }
 
 

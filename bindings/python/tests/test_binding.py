@@ -110,7 +110,7 @@ class LayoutTest(unittest.TestCase):
                   "DSV4_DTYPE_CODE_": dsv4.DTypeCode, "DSV4_KV_LAYOUT_": dsv4.KvLayout,
                   "DSV4_LOG_": dsv4.LogLevel, "DSV4_MODE_": dsv4.Mode,
                   "DSV4_INDEX_": dsv4.IndexFormat, "DSV4_EXPORT_": dsv4.ExportFormat,
-                  "DSV4_PLAN_FLAG_": dsv4.PlanFlag}
+                  "DSV4_PLAN_FLAG_": dsv4.PlanFlag, "DSV4_KV_CACHE_FLAG_": dsv4.KvCacheFlag}
         found = 0
         for name, value in re.findall(r"#define (DSV4_\w+) \(?(?:\(dsv4_status\))?(\d+)u?\)?",
                                       text):
