@@ -3,7 +3,8 @@
 # Safe to run repeatedly; needs root (or sudo) only when something is missing.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-      python3 abigail-tools libdlpack-dev cmake-format clang-format nlohmann-json3-dev)
+      python3 abigail-tools libdlpack-dev cmake-format clang-format rustc cargo golang-go
+      nlohmann-json3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

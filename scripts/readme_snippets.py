@@ -74,7 +74,8 @@ def titled(readme=None):
 def consumers_text():
     text = []
     for top in TEST_DIRS:
-        for dirpath, _, names in os.walk(os.path.join(ROOT, top)):
+        for dirpath, dirs, names in os.walk(os.path.join(ROOT, top)):
+            dirs[:] = [d for d in dirs if d not in ("target", "__pycache__")]
             for name in names:
                 if name.endswith((".py", ".sh", ".txt", ".cmake", ".rs", ".go", ".cpp", ".c")):
                     try:
