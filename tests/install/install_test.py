@@ -14,7 +14,8 @@
 5. add_subdirectory (engine/CMakeLists.txt, engine/build.sh): only the library and its modules are
    built (no tests, benchmarks, examples, CLI, mutants or CUDA module, no -Werror); the engine is
    installed with libdsv4, the install is moved, and the engine still runs.
-6. readme/cli.sh with the moved install's bin/ on PATH.
+6. readme/cli.sh with the moved install's bin/ on PATH; readme/decode.py with the moved install's
+   Python package, which finds the library relative to itself.
 
 Every check is reported; the test fails if any did.
 """
@@ -221,6 +222,17 @@ def main():
     checks.record("a module in the configured install directory is not loaded by a moved install",
                   ok and f"{prefix}/" not in log, log[-600:])
     build_consumers("moved", moved)
+
+    # The installed Python package finds the moved library relative to itself.
+    packages = sorted(moved.glob("lib/python3*/*-packages"))
+    if packages:
+        d = work / "python"
+        script = write_snippet(snippets, "readme/decode.py", d, {})
+        p = run([sys.executable, script], d, dict(env, PYTHONPATH=str(packages[0])), "Python")
+        checks.record("the installed Python package runs readme/decode.py after the move",
+                      p.returncode == 0, p.stderr[-400:])
+    else:
+        checks.record("the install holds the Python package", False, "no lib/python3*/*-packages")
 
     # 5. add_subdirectory.
     engine = work / "engine"
