@@ -261,6 +261,8 @@ def main():
             checks.record("add_subdirectory compiles nothing with -Werror",
                           p.returncode == 0 and not werror, werror[0][:300] if werror else "")
     if engine_prefix.exists():
+        extra = sorted(str(x.relative_to(engine_prefix)) for x in engine_prefix.glob("lib/python*"))
+        checks.record("add_subdirectory installs no Python package", not extra, " ".join(extra))
         engine_prefix.rename(engine_moved)
         p = run([engine_moved / "bin" / "engine"], work, dict(env, DSV4_LOG_LEVEL="info"),
                 "moved engine")
