@@ -29,7 +29,9 @@
  * candidate) | warn     | honoured |
  *
  * Module search order: options.module_dir, DSV4_BACKEND_PATH, <dir of libdsv4.so>/dsv4/backends,
- * <dir of libdsv4.so>, the install directory. Never the current or the executable's directory.
+ * <dir of libdsv4.so>, the configured install directory (only when libdsv4.so runs from that
+ * install). Never the current or the executable's directory: relative directories are refused
+ * (options.module_dir: INVALID_ARGUMENT; DSV4_BACKEND_PATH entries: ignored with a warning).
  */
 #ifndef DSV4_H
 #define DSV4_H
@@ -74,7 +76,7 @@ typedef struct dsv4_ctx_options {
   uint32_t api_version;   /**< DSV4_API_VERSION of the caller's header */
   dsv4_device device;     /**< device the tensors live on; default {DSV4_DEVICE_CPU, 0} */
   const char* backend;    /**< module name to use ("cpu", "cuda"); NULL = DSV4_BACKEND, then auto */
-  const char* module_dir; /**< extra module directory searched first; NULL = none */
+  const char* module_dir; /**< absolute extra module directory searched first; NULL = none */
   int32_t num_threads;    /**< CPU backend worker threads; 0 = DSV4_CPU_THREADS, then cores */
   int32_t log_level;      /**< DSV4_LOG_*; -1 = DSV4_LOG_LEVEL, then WARN */
   dsv4_log_fn log_fn;     /**< NULL = stderr */
