@@ -100,6 +100,8 @@ static dsv4_status plan_create(void* mctx, const dsv4_mod_plan* plan, void** out
     return fail(DSV4_STATUS_UNSUPPORTED, "plan_create: the example module has explicit mode only");
   if (plan->q_dtype.code != DSV4_DTYPE_CODE_BFLOAT || plan->q_dtype.bits != 16)
     return fail(DSV4_STATUS_UNSUPPORTED, "plan_create: the example module takes bf16 q only");
+  if (plan->out_dtype.code != DSV4_DTYPE_CODE_BFLOAT || plan->out_dtype.bits != 16)
+    return fail(DSV4_STATUS_UNSUPPORTED, "plan_create: the example module writes bf16 out only");
   st = check_cache(&plan->cache[0], 0, "swa_cache");
   if (st == DSV4_STATUS_OK) st = check_cache(&plan->cache[1], 1, "extra_cache");
   if (st != DSV4_STATUS_OK) return st;
