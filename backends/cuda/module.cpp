@@ -152,6 +152,10 @@ dsv4_status check_plan(plan* p) {
                   "plan: FP8 FNUZ caches (ROCm gfx942's flavour) have no CUDA kernel; the HIP "
                   "module serves them");
   }
+  if (o.out_dtype.code != DSV4_DTYPE_CODE_BFLOAT)
+    return fail(DSV4_STATUS_UNSUPPORTED,
+                "plan: out_dtype float32 (partials for dsv4_merge) has no CUDA epilogue yet; "
+                "merge bf16 partials");
   // fp16 caches run on fp16 tensor-core inputs (q converted to fp16), every other layout on bf16:
   // one kernel multiplies one element type.
   const bool fp16[2] = {o.cache[0].layout == DSV4_KV_LAYOUT_FP16,
