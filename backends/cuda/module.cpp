@@ -205,10 +205,12 @@ dsv4_status size_plan(plan* p) {
     if (t->head_tiles == 0) continue;
     const kernel_family& k = kernel_family_of(t->config.family);
     t->smem_bytes = k.smem_bytes(t->config);
+    char what[96];
+    std::snprintf(what, sizeof what, "plan: configuring the %s kernels", k.name);
     cudaError_t err = k.configure(t->config);
-    if (err != cudaSuccess) return cuda_fail(err, "plan: cudaFuncSetAttribute");
-    err = k.occupancy(t->config, p->ctx->sm_count, &t->ctas_per_sm, t->resident);
-    if (err != cudaSuccess) return cuda_fail(err, "plan: occupancy");
+    if (err == cudaSuccess)
+      err = k.occupancy(t->config, p->ctx->sm_count, &t->ctas_per_sm, t->resident);
+    if (err != cudaSuccess) return cuda_fail(err, what);
   }
   apply_persistent_knob(knobs, &rp);
   p->stage_bytes = rp.wide.config.stage_bytes;
