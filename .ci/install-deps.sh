@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
       python3 abigail-tools libdlpack-dev cmake-format clang-format rustc cargo golang-go
-      python3-numpy python3-torch python3-pytest python3-venv python3-pip python3-setuptools)
+      python3-numpy python3-torch python3-pytest python3-venv python3-pip python3-setuptools
+      nlohmann-json3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -211,7 +211,8 @@ class l2_flush {
 
 // The gather floor of a case: the time to read just the cache rows its lists reference (each
 // row's data bytes), nothing else, by plain 16-byte loads under the L2 evict_first policy, after
-// the same flush. No attention kernel can take less; for small head counts it is most of the time.
+// the same flush. No attention kernel can take less; for small head counts it is most of the time
+// (docs/tried.md, T2).
 // Thread i of the grid-stride loop reads piece i % pieces of row i / pieces (row addresses from a
 // table, 8 bytes per row more read), four pieces in flight per thread.
 inline const char kGatherPtx[] = R"(
