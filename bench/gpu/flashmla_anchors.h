@@ -7,7 +7,6 @@
 // are never compared: a row applies when the device name contains its `device`.
 #pragma once
 
-#include <cstring>
 #include <string>
 
 namespace dsv4bench {
