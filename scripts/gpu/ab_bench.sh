@@ -12,7 +12,7 @@
 # drift hits all alike; FLUSH_MODES: the L2 states (DSV4_BENCH_FLUSH) each is timed in. The versions
 # must speak the module ABI of the current libdsv4. Medians in <outdir>/ab.log.
 set -uo pipefail
-[ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,13p' "$0"; exit 2; }
 OUT=$(realpath -m "$1")
 cd "$(dirname "$0")/../.."
 ROOT=$PWD

@@ -19,7 +19,7 @@
 # three launches (warm-up) and profiles the fourth.
 set -uo pipefail
 if [ $# -lt 2 ]; then
-  sed -n '2,22p' "$0"
+  sed -n '2,19p' "$0"
   exit 2
 fi
 OUT=$(realpath -m "$1")

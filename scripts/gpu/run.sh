@@ -15,8 +15,10 @@
 #   sanitize  compute-sanitizer's memcheck, racecheck, initcheck and synccheck
 #             (scripts/gpu/sanitize.sh) over a subset of the CUDA tests and the merge suite
 #             -> sanitize.log, sanitize.jsonl
-# Every step builds first (a no-op once built), so the steps can be called one after another on
-# the same machine, each within a 10-minute limit; every step appends to <outdir>/summary.txt.
+# tests, bench and sanitize use build-gpu/ as `build` left it (they build only where it has no
+# binaries yet: a fresh copy of the tree may carry new timestamps that would rebuild everything),
+# so the steps can be called one after another on the same machine, each within a 10-minute
+# limit; every step appends to <outdir>/summary.txt.
 #
 # Environment: DSV4_COMMIT (the commit measured, for the JSON where the tree has no .git),
 # DSV4_TEST_SEED (the tests' seed), JOBS (ctest's parallelism, default 8), BENCH_ARGS (more
@@ -25,7 +27,7 @@
 # where they are installed; the preset searches there first).
 set -uo pipefail
 if [ $# -lt 1 ]; then
-  sed -n '2,26p' "$0"
+  sed -n '2,27p' "$0"
   exit 2
 fi
 OUTDIR=$(realpath -m "$1")
@@ -134,7 +136,9 @@ for step in "${STEPS[@]}"; do
   case $step in
     build) step_build || status=1 ;;
     tests | bench | sanitize)
-      step_build || exit 1
+      if [ ! -x "$BUILD/bin/dsv4_cuda_attention_test" ] || [ ! -x "$BUILD/bin/dsv4_bench_cuda" ]; then
+        step_build || exit 1
+      fi
       "step_$step" || status=1
       ;;
     all)
