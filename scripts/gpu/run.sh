@@ -8,7 +8,8 @@
 #   build     cmake --preset gpu-h200 && cmake --build --preset gpu-h200
 #   tests     ctest --preset gpu: the CUDA tests (label gpu; a missing GPU fails them), then
 #             ctest --preset gpu-suites: the device-agnostic suites on the GPU (DSV4_TEST_DEVICE=
-#             cuda: conformance, paged, merge, kv_writer, batch_invariance)
+#             cuda: conformance, paged, merge, kv_writer, batch_invariance; the summary says how
+#             many skipped)
 #   bench     plain PyTorch on the benchmark's shapes (bench/gpu/torch_baseline.py -> torch.csv),
 #             then dsv4_bench_cuda -> cuda-h200.json and dsv4_bench_host_overhead ->
 #             cuda-h200-host.json (Google Benchmark JSON, what scripts/perf/make_performance.py reads)
@@ -27,7 +28,7 @@
 # where they are installed; the preset searches there first).
 set -uo pipefail
 if [ $# -lt 1 ]; then
-  sed -n '2,27p' "$0"
+  sed -n '2,28p' "$0"
   exit 2
 fi
 OUTDIR=$(realpath -m "$1")
@@ -64,8 +65,11 @@ ctest_step() {
   ctest --preset "$preset" -j "$JOBS" --output-junit "$OUTDIR/$name.xml" >"$OUTDIR/$name.log" 2>&1
   rc=$?
   grep -E "tests passed|tests failed|Total Test time" "$OUTDIR/$name.log" | tee -a "$OUTDIR/summary.txt"
-  grep -E "\*\*\*Failed|\*\*\*Timeout|\*\*\*Exception|Not Run" "$OUTDIR/$name.log" | head -40 | tee -a "$OUTDIR/summary.txt"
-  log "$name: rc $rc, $(grep -c "Skipped" "$OUTDIR/$name.log") skipped, $((SECONDS - t0)) s"
+  sed -n '/The following tests FAILED/,$p' "$OUTDIR/$name.log" | head -40 | tee -a "$OUTDIR/summary.txt"
+  local total skipped
+  total=$(grep -oE "out of [0-9]+" "$OUTDIR/$name.log" | grep -oE "[0-9]+$")
+  skipped=$(grep -cE "^[[:space:]]+[0-9]+ - .*\(Skipped\)$" "$OUTDIR/$name.log")
+  log "$name: rc $rc, $skipped of ${total:-0} skipped, $((SECONDS - t0)) s"
   return $rc
 }
 
