@@ -1,12 +1,19 @@
-// CPU decode benchmarks (Google Benchmark) on the shapes of shared/perf/targets.md's CPU table:
-// each query token attends to 128 SWA rows (main list) plus 512 or 1024 compressed rows (extra
-// list), no row shared between tokens, attention sink on, explicit mode, FP8 584 B or bf16 caches.
-// Reports GFLOP/s (counter "GFLOP", shown per second) with FLOP = 2 * heads * keys * (512 + 512)
-// per token.
+// CPU benchmarks (Google Benchmark) on the shapes of shared/perf/targets.md's CPU table, and the
+// machine's ceilings they are judged against:
+//   BM_decode_fp8 / BM_decode_bf16 (tokens, heads, keys, threads): each query token attends to 128
+//     SWA rows (main list) plus 512 or 1024 compressed rows (extra list), no row shared between
+//     tokens, attention sink on, explicit mode, FP8 584 B or bf16 caches, on a context of `threads`
+//     workers. Counter GFLOP (per second), FLOP = 2 * heads * keys * (512 + 512) per token.
+//   BM_peak (threads): the dot-product peak of the instruction the fast kernel uses (VDPBF16PS
+//     with AVX512_BF16, else fp32 FMA), every thread on its own registers. Counter GFLOP.
+//   BM_gather (row_bytes, threads): random rows of a 1 GiB pool read whole, every byte used.
+//     Counter GBps (bytes per second / 1e9).
+// bench/cpu/bench_all.sh runs this with plain PyTorch's timings and writes bench/results/.
 //
 //   build/bin/dsv4_bench_cpu [--benchmark_filter=fp8] [--benchmark_min_time=2]
-//   DSV4_CPU_THREADS=N sets the backend's worker threads.
 #include <benchmark/benchmark.h>
+#include <cpuid.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -108,7 +115,11 @@ void run_decode(benchmark::State& state, uint32_t layout) {
   const int64_t extra = keys - kSwaKeys;
   std::mt19937 rng(42);
   dsv4_ctx* ctx = nullptr;
-  check(dsv4_ctx_create(nullptr, &ctx), "dsv4_ctx_create");
+  dsv4_ctx_options co;
+  dsv4_ctx_options_init(&co);
+  co.backend = "cpu";
+  co.num_threads = static_cast<int32_t>(state.range(3));
+  check(dsv4_ctx_create(&co, &ctx), "dsv4_ctx_create");
   std::unique_ptr<dsv4_ctx, void (*)(dsv4_ctx*)> ctx_owner(ctx, dsv4_ctx_destroy);
 
   Cache swa(ctx, layout, tokens * kSwaKeys, rng), cmp(ctx, layout, tokens * extra, rng);
@@ -177,17 +188,110 @@ void run_decode(benchmark::State& state, uint32_t layout) {
 void BM_decode_fp8(benchmark::State& state) { run_decode(state, DSV4_KV_LAYOUT_FP8_V4_584B); }
 void BM_decode_bf16(benchmark::State& state) { run_decode(state, DSV4_KV_LAYOUT_BF16); }
 
+int max_threads() {
+  const char* env = std::getenv("DSV4_BENCH_MAX_THREADS");
+  const int n = env != nullptr ? std::atoi(env) : 2;
+  return n > 0 ? n : 2;
+}
+
 void decode_shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"tokens", "heads", "keys"});
-  b->Args({8, 64, 640});  // Flash C4A, TP1
-  b->Args({32, 64, 640});
-  b->Args({8, 128, 1152});  // Pro C4A, TP1
-  b->Args({8, 16, 1152});   // Pro C4A, TP8
+  b->ArgNames({"tokens", "heads", "keys", "threads"});
+  for (int threads = 1; threads <= max_threads(); threads *= 2) {
+    b->Args({8, 64, 640, threads});  // Flash C4A, TP1
+    b->Args({32, 64, 640, threads});
+    b->Args({8, 128, 1152, threads});  // Pro C4A, TP1
+    b->Args({8, 16, 1152, threads});   // Pro C4A, TP8
+    b->Args({8, 8, 640, threads});     // Flash C4A, TP8
+  }
   b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ceilings
+// ---------------------------------------------------------------------------------------------
+bool has_avx512_bf16() {
+  unsigned int a, b, c, d;
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d) == 0) return false;
+  return ((a >> 5) & 1u) != 0 && __builtin_cpu_supports("avx512f");
+}
+
+// 24 independent accumulators, `iters` rounds: 24 * iters VDPBF16PS of 32 multiply-adds each.
+__attribute__((target("avx512f,avx512bf16"))) float peak_bf16(int64_t iters) {
+  __m512 acc[24];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);
+  const __m512bh y = (__m512bh)_mm512_set1_epi32(0x3f003f00);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 24
+    for (__m512& a : acc) a = _mm512_dpbf16_ps(a, x, y);
+    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[5]), "+v"(acc[11]), "+v"(acc[17]));
+  }
+  __m512 s = _mm512_setzero_ps();
+  for (const __m512& a : acc) s = _mm512_add_ps(s, a);
+  return _mm512_reduce_add_ps(s);
+}
+
+// 12 independent accumulators: 12 * iters FMA of 8 lanes.
+__attribute__((target("avx2,fma"))) float peak_fma(int64_t iters) {
+  __m256 acc[12];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  const __m256 x = _mm256_set1_ps(1.0f), y = _mm256_set1_ps(1e-9f);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (__m256& a : acc) a = _mm256_fmadd_ps(x, y, a);
+    __asm__ volatile("" : "+x"(acc[0]), "+x"(acc[5]), "+x"(acc[11]));
+  }
+  __m256 s = _mm256_setzero_ps();
+  for (const __m256& a : acc) s = _mm256_add_ps(s, a);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+
+void BM_peak(benchmark::State& state) {
+  const bool bf16 = has_avx512_bf16();
+  constexpr int64_t kIters = 1 << 16;
+  for (auto _ : state) benchmark::DoNotOptimize(bf16 ? peak_bf16(kIters) : peak_fma(kIters));
+  const double flop = bf16 ? 24.0 * kIters * 64 : 12.0 * kIters * 16;
+  state.counters["GFLOP"] = benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(bf16 ? "VDPBF16PS zmm" : "VFMADD231PS ymm (fp32)");
+}
+
+// Random rows of `row_bytes` from a 1 GiB pool (far beyond the caches), every byte summed.
+void BM_gather(benchmark::State& state) {
+  const int64_t row_bytes = state.range(0);
+  static std::vector<uint8_t> pool;
+  constexpr size_t kPool = size_t{1} << 30;
+  if (state.thread_index() == 0 && pool.size() != kPool) {
+    pool.assign(kPool, 1);
+  }
+  const int64_t rows = static_cast<int64_t>(kPool) / row_bytes - 1;
+  std::mt19937_64 rng(1234 + state.thread_index());
+  std::vector<int64_t> order(4096);
+  for (int64_t& o : order) o = static_cast<int64_t>(rng() % static_cast<uint64_t>(rows));
+  uint64_t sum = 0;
+  for (auto _ : state) {
+    for (int64_t r : order) {
+      const uint64_t* p = reinterpret_cast<const uint64_t*>(pool.data() + r * row_bytes);
+      uint64_t s = 0;
+      for (int64_t i = 0; i < row_bytes / 8; ++i) s += p[i];
+      sum += s;
+    }
+  }
+  benchmark::DoNotOptimize(sum);
+  state.counters["GBps"] = benchmark::Counter(4096.0 * row_bytes * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void thread_counts(benchmark::internal::Benchmark* b) {
+  for (int threads = 1; threads <= max_threads(); threads *= 2) b->Threads(threads);
+  b->UseRealTime();
 }
 
 }  // namespace
 
+BENCHMARK(BM_peak)->Apply(thread_counts);
+BENCHMARK(BM_gather)->ArgName("row_bytes")->Arg(584)->Arg(1024)->Apply(thread_counts);
 BENCHMARK(BM_decode_fp8)->Apply(decode_shapes);
 BENCHMARK(BM_decode_bf16)->Apply(decode_shapes);
 
