@@ -299,13 +299,14 @@ void load_queries(const fast_job& job, int64_t t0, int ntok, int h0, int nh, int
 template <class Isa>
 void softmax_chunk(int rows, int nk, int npad, const item_scratch& s) {
   auto* p = static_cast<typename Isa::p_t*>(s.p);
+  const int n16 = round_up_int(npad, 16);  // the lane loops below run over whole 16-key groups
   for (int r = 0; r < rows; ++r) {
     float* l = s.logits + static_cast<size_t>(r) * kChunkKeys;
     for (int j = 0; j < npad; ++j) l[j] *= s.key_mult[j];
-    for (int j = nk; j < npad; ++j) l[j] = -kInf;
+    for (int j = nk; j < n16; ++j) l[j] = -kInf;
     float lane[16];
     for (int i = 0; i < 16; ++i) lane[i] = -kInf;
-    for (int j = 0; j < npad; j += 16) {
+    for (int j = 0; j < n16; j += 16) {
       for (int i = 0; i < 16; ++i) lane[i] = l[j + i] > lane[i] ? l[j + i] : lane[i];
     }
     float m = -kInf;
@@ -315,7 +316,7 @@ void softmax_chunk(int rows, int nk, int npad, const item_scratch& s) {
     const float alpha = old == -kInf ? 0.0f : exp_approx(old - m_new);
     for (int i = 0; i < 16; ++i) lane[i] = 0.0f;
     typename Isa::p_t* pr = p + static_cast<size_t>(r) * kChunkKeys;
-    for (int j = 0; j < npad; j += 16) {
+    for (int j = 0; j < n16; j += 16) {
       for (int i = 0; i < 16; ++i) {
         const float e = exp_approx(l[j + i] - m_new);
         lane[i] += e;
