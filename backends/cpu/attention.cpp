@@ -201,8 +201,8 @@ dsv4_status check_explicit_run(const dsv4_mod_plan& plan, candidate_limits limit
   if (T == 0) return DSV4_STATUS_OK;
   if (run.q.data == nullptr || run.out.data == nullptr)
     return fail(DSV4_STATUS_INVALID_ARGUMENT, "q or out is NULL");
-  const dsv4_status st = check_list(run, run.main_list, run.swa_cache, plan.cache[0].layout,
-                                    limits.main, "main list");
+  const dsv4_status st =
+      check_list(run, run.main_list, run.swa_cache, plan.cache[0].layout, limits.main, "main list");
   if (st != DSV4_STATUS_OK) return st;
   return check_list(run, run.extra_list, run.extra_cache, plan.cache[1].layout, limits.extra,
                     "extra list");

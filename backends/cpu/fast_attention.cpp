@@ -96,8 +96,9 @@ fast_attention::fast_attention(const dsv4_mod_plan& plan, candidate_limits limit
       item_(item_fn_of(isa)),
       num_workers_(std::max(1, num_workers)) {
   const int64_t max_candidates = std::max<int64_t>(1, limits.main + limits.extra);
-  scratch_stride_ = (fast_worker_scratch_bytes(plan.head_dim_qk, max_candidates) + kScratchAlign -
-                     1) / kScratchAlign * kScratchAlign;
+  scratch_stride_ =
+      (fast_worker_scratch_bytes(plan.head_dim_qk, max_candidates) + kScratchAlign - 1) /
+      kScratchAlign * kScratchAlign;
   scratch_bytes_ = scratch_stride_ * static_cast<size_t>(num_workers_) + kScratchAlign;
   scratch_.reset(new uint8_t[scratch_bytes_]);
   // Key splits are used only while (group, head group) pairs are fewer than the workers, with at

@@ -27,8 +27,7 @@ fast_isa choose_fast_isa(const dsv4_mod_plan& plan, const char* knob);
 class fast_attention {
  public:
   // Allocates the per-worker scratch and the split partials once; throws std::bad_alloc.
-  fast_attention(const dsv4_mod_plan& plan, candidate_limits limits, int num_workers,
-                 fast_isa isa);
+  fast_attention(const dsv4_mod_plan& plan, candidate_limits limits, int num_workers, fast_isa isa);
 
   // Same contract as attention_kernel::run: validates first, writes nothing on failure, never
   // allocates. Runs of one plan are serialised (they share its scratch).

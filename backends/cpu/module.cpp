@@ -11,8 +11,8 @@
 
 #include "attention.h"
 #include "common/layout.h"
-#include "fast_attention.h"
 #include "dsv4_backend.h"
+#include "fast_attention.h"
 #include "host.h"
 #include "kv_write.h"
 #include "merge.h"

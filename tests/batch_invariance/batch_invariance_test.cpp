@@ -77,7 +77,9 @@ struct Rows {
 // Appends token rows [first, first + count) of `all` (H heads) to `dst`.
 void append_rows(const Rows& all, int64_t heads, int64_t first, int64_t count, Rows* dst) {
   const auto b = [&](int64_t per) { return static_cast<std::ptrdiff_t>(first * heads * per); };
-  const auto e = [&](int64_t per) { return static_cast<std::ptrdiff_t>((first + count) * heads * per); };
+  const auto e = [&](int64_t per) {
+    return static_cast<std::ptrdiff_t>((first + count) * heads * per);
+  };
   dst->out.insert(dst->out.end(), all.out.begin() + b(kD), all.out.begin() + e(kD));
   dst->lse.insert(dst->lse.end(), all.lse.begin() + b(1), all.lse.begin() + e(1));
   dst->max_logits.insert(dst->max_logits.end(), all.max_logits.begin() + b(1),
@@ -196,7 +198,8 @@ void run_explicit(const ExplicitCase& c) {
   const int64_t swa_blocks = (swa_rows + c.block_size - 1) / c.block_size;
   const int64_t cmp_blocks = (cmp_rows + c.block_size - 1) / c.block_size;
   const int64_t swa_cap = swa_blocks * c.block_size, cmp_cap = cmp_blocks * c.block_size;
-  std::vector<int32_t> swa_perm(static_cast<size_t>(swa_cap)), cmp_perm(static_cast<size_t>(cmp_cap));
+  std::vector<int32_t> swa_perm(static_cast<size_t>(swa_cap)),
+      cmp_perm(static_cast<size_t>(cmp_cap));
   std::iota(swa_perm.begin(), swa_perm.end(), 0);
   std::iota(cmp_perm.begin(), cmp_perm.end(), 0);
   std::shuffle(swa_perm.begin(), swa_perm.end(), rng.gen());
@@ -257,7 +260,8 @@ void run_explicit(const ExplicitCase& c) {
   TensorView tsink(dsink.get(), g_device->device(), kF32, {H});
   std::vector<int64_t> q_first(static_cast<size_t>(R));
   for (int r = 1; r < R; ++r)
-    q_first[static_cast<size_t>(r)] = q_first[static_cast<size_t>(r - 1)] + qlen[static_cast<size_t>(r - 1)];
+    q_first[static_cast<size_t>(r)] =
+        q_first[static_cast<size_t>(r - 1)] + qlen[static_cast<size_t>(r - 1)];
 
   dsv4_plan_options po;
   dsv4_plan_options_init(&po);
@@ -284,8 +288,10 @@ void run_explicit(const ExplicitCase& c) {
       ei.insert(ei.end(), rq.extra.begin(), rq.extra.end());
       ml.insert(ml.end(), rq.main_len.begin(), rq.main_len.end());
       el.insert(el.end(), rq.extra_len.begin(), rq.extra_len.end());
-      const auto qb = q_all.begin() + static_cast<std::ptrdiff_t>(q_first[static_cast<size_t>(r)] * H * kD);
-      q.insert(q.end(), qb, qb + static_cast<std::ptrdiff_t>(qlen[static_cast<size_t>(r)] * H * kD));
+      const auto qb =
+          q_all.begin() + static_cast<std::ptrdiff_t>(q_first[static_cast<size_t>(r)] * H * kD);
+      q.insert(q.end(), qb,
+               qb + static_cast<std::ptrdiff_t>(qlen[static_cast<size_t>(r)] * H * kD));
     }
     const int64_t n = static_cast<int64_t>(ml.size());
     DeviceBuffer dmi = to_device(g_device, mi), dei = to_device(g_device, ei);
@@ -308,7 +314,8 @@ void run_explicit(const ExplicitCase& c) {
     if (all.out.empty()) return per;
     const std::vector<int64_t> first = first_rows(order, qlen);
     for (int r : order)
-      append_rows(all, H, first[static_cast<size_t>(r)], qlen[static_cast<size_t>(r)], &per[static_cast<size_t>(r)]);
+      append_rows(all, H, first[static_cast<size_t>(r)], qlen[static_cast<size_t>(r)],
+                  &per[static_cast<size_t>(r)]);
     return per;
   };
 
@@ -346,7 +353,9 @@ std::vector<ExplicitCase> explicit_cases() {
   };
 }
 INSTANTIATE_TEST_SUITE_P(BatchInvariance, Explicit, ::testing::ValuesIn(explicit_cases()),
-                         [](const ::testing::TestParamInfo<ExplicitCase>& i) { return i.param.name; });
+                         [](const ::testing::TestParamInfo<ExplicitCase>& i) {
+                           return i.param.name;
+                         });
 
 // ------------------------------------------------------------------------------------------------
 // Paged mode: C4A (SWA window + indexer top-k) or C128A, MTP decodes and prefill chunks, padding
@@ -372,7 +381,8 @@ void run_paged(const PagedCase& c) {
   std::vector<int> qlen(static_cast<size_t>(R)), seq(static_cast<size_t>(R));
   for (int r = 0; r < R; ++r) {
     const bool prefill = rng.randint(0, 4) == 0;
-    qlen[static_cast<size_t>(r)] = static_cast<int>(prefill ? rng.randint(5, 12) : rng.randint(1, 4));
+    qlen[static_cast<size_t>(r)] =
+        static_cast<int>(prefill ? rng.randint(5, 12) : rng.randint(1, 4));
     seq[static_cast<size_t>(r)] = static_cast<int>(rng.randint(qlen[static_cast<size_t>(r)], 700));
   }
   const int max_seq = *std::max_element(seq.begin(), seq.end());
@@ -387,15 +397,22 @@ void run_paged(const PagedCase& c) {
   std::iota(cp.begin(), cp.end(), 0);
   std::shuffle(sp.begin(), sp.end(), rng.gen());
   std::shuffle(cp.begin(), cp.end(), rng.gen());
-  std::vector<int32_t> swa_bt(static_cast<size_t>(R) * swa_cols), cmp_bt(static_cast<size_t>(R) * cmp_cols);
+  std::vector<int32_t> swa_bt(static_cast<size_t>(R) * swa_cols),
+      cmp_bt(static_cast<size_t>(R) * cmp_cols);
   std::vector<int32_t> swa_slots, cmp_slots;
   for (int r = 0; r < R; ++r) {
-    for (int k = 0; k < swa_cols; ++k) swa_bt[static_cast<size_t>(r * swa_cols + k)] = sp[static_cast<size_t>(r * swa_cols + k)];
-    for (int k = 0; k < cmp_cols; ++k) cmp_bt[static_cast<size_t>(r * cmp_cols + k)] = cp[static_cast<size_t>(r * cmp_cols + k)];
-    for (int p = std::max(0, seq[static_cast<size_t>(r)] - W - 12); p < seq[static_cast<size_t>(r)]; ++p)
-      swa_slots.push_back(swa_bt[static_cast<size_t>(r * swa_cols + p / c.swa_block)] * c.swa_block + p % c.swa_block);
+    for (int k = 0; k < swa_cols; ++k)
+      swa_bt[static_cast<size_t>(r * swa_cols + k)] = sp[static_cast<size_t>(r * swa_cols + k)];
+    for (int k = 0; k < cmp_cols; ++k)
+      cmp_bt[static_cast<size_t>(r * cmp_cols + k)] = cp[static_cast<size_t>(r * cmp_cols + k)];
+    for (int p = std::max(0, seq[static_cast<size_t>(r)] - W - 12); p < seq[static_cast<size_t>(r)];
+         ++p)
+      swa_slots.push_back(swa_bt[static_cast<size_t>(r * swa_cols + p / c.swa_block)] *
+                              c.swa_block +
+                          p % c.swa_block);
     for (int e = 0; e < seq[static_cast<size_t>(r)] / c.ratio; ++e)
-      cmp_slots.push_back(cmp_bt[static_cast<size_t>(r * cmp_cols + e / cmp_block)] * cmp_block + e % cmp_block);
+      cmp_slots.push_back(cmp_bt[static_cast<size_t>(r * cmp_cols + e / cmp_block)] * cmp_block +
+                          e % cmp_block);
   }
   Cache swa, cmp;
   make_cache(g_device, ctx.one.get(), c.layout, c.swa_block, swa_blocks, swa_slots, rng, &swa);
@@ -411,7 +428,9 @@ void run_paged(const PagedCase& c) {
     Req& q = reqs[static_cast<size_t>(r)];
     for (int i = 0; i < qlen[static_cast<size_t>(r)]; ++i) {
       const int p = seq[static_cast<size_t>(r)] - qlen[static_cast<size_t>(r)] + i;
-      const int32_t slot = swa_bt[static_cast<size_t>(r * swa_cols + p / c.swa_block)] * c.swa_block + p % c.swa_block;
+      const int32_t slot =
+          swa_bt[static_cast<size_t>(r * swa_cols + p / c.swa_block)] * c.swa_block +
+          p % c.swa_block;
       q.slot.push_back(rng.randint(0, 19) == 0 ? -1 : slot);
       // Top-k: distinct visible entries in random order as a prefix, -1 after.
       const int visible = (p + 1) / 4;
@@ -426,7 +445,8 @@ void run_paged(const PagedCase& c) {
   const std::vector<uint16_t> q_all = random_q(rng, T, H);
   std::vector<int64_t> q_first(static_cast<size_t>(R));
   for (int r = 1; r < R; ++r)
-    q_first[static_cast<size_t>(r)] = q_first[static_cast<size_t>(r - 1)] + qlen[static_cast<size_t>(r - 1)];
+    q_first[static_cast<size_t>(r)] =
+        q_first[static_cast<size_t>(r - 1)] + qlen[static_cast<size_t>(r - 1)];
   std::vector<float> sink(static_cast<size_t>(H));
   for (float& s : sink) s = static_cast<float>(rng.normal());
   DeviceBuffer dsink = to_device(g_device, sink);
@@ -466,8 +486,10 @@ void run_paged(const PagedCase& c) {
       cbt.insert(cbt.end(), cmp_bt.begin() + r * cmp_cols, cmp_bt.begin() + (r + 1) * cmp_cols);
       slot.insert(slot.end(), rq.slot.begin(), rq.slot.end());
       topk.insert(topk.end(), rq.topk.begin(), rq.topk.end());
-      const auto qb = q_all.begin() + static_cast<std::ptrdiff_t>(q_first[static_cast<size_t>(r)] * H * kD);
-      q.insert(q.end(), qb, qb + static_cast<std::ptrdiff_t>(qlen[static_cast<size_t>(r)] * H * kD));
+      const auto qb =
+          q_all.begin() + static_cast<std::ptrdiff_t>(q_first[static_cast<size_t>(r)] * H * kD);
+      q.insert(q.end(), qb,
+               qb + static_cast<std::ptrdiff_t>(qlen[static_cast<size_t>(r)] * H * kD));
     }
     for (int i = 0; i < pad_rows; ++i) {  // CUDA-graph padding rows after the last request
       slot.push_back(-1);
@@ -500,7 +522,8 @@ void run_paged(const PagedCase& c) {
     if (all.out.empty()) return per;
     const std::vector<int64_t> first = first_rows(order, qlen);
     for (int r : order)
-      append_rows(all, H, first[static_cast<size_t>(r)], qlen[static_cast<size_t>(r)], &per[static_cast<size_t>(r)]);
+      append_rows(all, H, first[static_cast<size_t>(r)], qlen[static_cast<size_t>(r)],
+                  &per[static_cast<size_t>(r)]);
     return per;
   };
 

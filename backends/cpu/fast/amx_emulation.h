@@ -35,7 +35,8 @@ inline void load(int t, const void* base, long stride) {
 }
 inline void store(int t, void* base, long stride) {
   for (int r = 0; r < g_state.cfg.rows[t]; ++r)
-    std::memcpy(static_cast<uint8_t*>(base) + r * stride, g_state.tiles[t][r], g_state.cfg.colsb[t]);
+    std::memcpy(static_cast<uint8_t*>(base) + r * stride, g_state.tiles[t][r],
+                g_state.cfg.colsb[t]);
 }
 inline float bf16_at(const uint8_t* row, int i) {
   uint16_t h;

@@ -49,7 +49,8 @@ inline void build_bf16_tile(const dsv4_mod_run& run, int d_qk, const int32_t* sl
       if (j + 2 < nk) {
         const dsv4_mod_cache& cn = list[j + 2] == 0 ? run.swa_cache : run.extra_cache;
         int64_t en;
-        const uint8_t* pn = slot_block_base(cn, slots[j + 2], &en) + entry_data_offset(cn.layout, en);
+        const uint8_t* pn =
+            slot_block_base(cn, slots[j + 2], &en) + entry_data_offset(cn.layout, en);
         for (int b = 0; b < layout_bytes_per_token(cn.layout); b += 64)
           _mm_prefetch(reinterpret_cast<const char*>(pn + b), _MM_HINT_T0);
       }
@@ -61,7 +62,8 @@ inline void build_bf16_tile(const dsv4_mod_run& run, int d_qk, const int32_t* sl
     uint32_t* kt = t.kt + static_cast<size_t>(blk) * pairs * 16;
     for (int k = 0; k < 16; ++k) {
       const float* row = t.stage + static_cast<size_t>(k) * d_qk;
-      for (int i = 0; i < pairs; ++i) kt[i * 16 + k] = bf16_hi(row + 2 * i) | (bf16_hi(row + 2 * i + 1) << 16);
+      for (int i = 0; i < pairs; ++i)
+        kt[i * 16 + k] = bf16_hi(row + 2 * i) | (bf16_hi(row + 2 * i + 1) << 16);
     }
     for (int pr = 0; pr < 8; ++pr) {
       const float* r0 = t.stage + static_cast<size_t>(2 * pr) * d_qk;

@@ -135,7 +135,8 @@ inline void decode_entry_f32(const dsv4_mod_cache& c, const uint8_t* block, int6
         for (int j = 0; j < kV4TileDim; j += 16)
           fp8x16_to_f32(p + k * kV4TileDim + j, fnuz, s, true, out + k * kV4TileDim + j);
       }
-      for (int j = 0; j < kRopeDim; j += 16) bf16x16_to_f32(p + kNopeDim + 2 * j, out + kNopeDim + j);
+      for (int j = 0; j < kRopeDim; j += 16)
+        bf16x16_to_f32(p + kNopeDim + 2 * j, out + kNopeDim + j);
       break;
     }
     case DSV4_KV_LAYOUT_FP8_V32_656B: {

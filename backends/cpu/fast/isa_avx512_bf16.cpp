@@ -88,7 +88,8 @@ struct isa_avx512_bf16 : fast::bf16_operands {
   static void pv(const uint16_t* p, int rows, int d, const uint8_t* tile, int npad, float* acc) {
     const fast::bf16_tile t = fast::bf16_tile_of(const_cast<uint8_t*>(tile), d);
     for (int r = 0; r < rows; r += 4) {
-      const uint32_t* p32 = reinterpret_cast<const uint32_t*>(p + static_cast<size_t>(r) * kChunkKeys);
+      const uint32_t* p32 =
+          reinterpret_cast<const uint32_t*>(p + static_cast<size_t>(r) * kChunkKeys);
       float* o = acc + static_cast<size_t>(r) * kHeadDim;
       for (int x = 0; x < kHeadDim; x += 64) {
         v16f a[4][4];
