@@ -46,11 +46,11 @@ inline void build_bf16_tile(const dsv4_mod_run& run, int d_qk, const int32_t* sl
         std::memset(row, 0, sizeof(float) * static_cast<size_t>(d_qk));
         continue;
       }
-      if (j + 2 < nk) {
-        const dsv4_mod_cache& cn = list[j + 2] == 0 ? run.swa_cache : run.extra_cache;
+      if (j + 4 < nk) {
+        const dsv4_mod_cache& cn = list[j + 4] == 0 ? run.swa_cache : run.extra_cache;
         int64_t en;
         const uint8_t* pn =
-            slot_block_base(cn, slots[j + 2], &en) + entry_data_offset(cn.layout, en);
+            slot_block_base(cn, slots[j + 4], &en) + entry_data_offset(cn.layout, en);
         for (int b = 0; b < layout_bytes_per_token(cn.layout); b += 64)
           _mm_prefetch(reinterpret_cast<const char*>(pn + b), _MM_HINT_T0);
       }

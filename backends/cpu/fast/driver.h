@@ -38,34 +38,52 @@ constexpr size_t kAlign = 64;
 inline size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 inline int round_up_int(int n, int m) { return (n + m - 1) / m * m; }
 
-// exp(x) for the softmax (x = logit - running max <= 0): Cody-Waite reduction and a degree-6
-// polynomial, within 2 ulp; 0 below -87.3, NaN stays NaN. Branch-free so loops vectorise; the
-// same code for every lane, so a row's weights never depend on where it sits in a vector.
-inline float exp_approx(float x) {
-  const float log2e = 1.44269504088896341f;
-  const float ln2_hi = 0.693359375f;
-  const float ln2_lo = -2.12194440e-4f;
-  const float xc = x < -87.0f ? -87.0f : x;
-  const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float t = xc * log2e + magic;
-  const float n = t - magic;
-  int32_t ni;
-  std::memcpy(&ni, &t, sizeof ni);
-  ni -= 0x4b400000;  // bits of `magic`: ni = n
-  const float r = (xc - n * ln2_hi) - n * ln2_lo;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (ni + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  const float e = p * scale;
-  return x < -87.0f ? 0.0f : e;
+// exp(x) of 8 lanes for the softmax (x = logit - running max <= 0): Cody-Waite reduction and a
+// degree-6 polynomial, within 2 ulp; 0 below -87, NaN stays NaN. Every ISA has AVX2/FMA, and every
+// lane computes the same function, so a row's weights never depend on where it sits.
+inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.0f);
+  const __m256 xc = _mm256_max_ps(lo, x);  // NaN x stays NaN (max returns its second operand)
+  const __m256 magic = _mm256_set1_ps(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  const __m256 t = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), magic);
+  const __m256 n = _mm256_sub_ps(t, magic);
+  const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4b400000));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256 scale =
+      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), _mm256_mul_ps(p, scale));
 }
+
+// Sum and max of 8 lanes in a fixed order.
+inline float hsum8(__m256 v) {
+  const __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 b = _mm_add_ps(a, _mm_movehl_ps(a, a));
+  return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
+}
+inline float hmax8(__m256 v) {
+  const __m128 a = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 b = _mm_max_ps(a, _mm_movehl_ps(a, a));
+  return _mm_cvtss_f32(_mm_max_ss(b, _mm_movehdup_ps(b)));
+}
+
+// 8 fp32 to bf16 bits, round to nearest even (the values are finite or NaN).
+inline void store_bf16x8(uint16_t* dst, __m256 v) {
+  __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  u = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(u, u), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_castsi256_si128(packed));
+}
+inline void store_p8(float* dst, __m256 v) { _mm256_storeu_ps(dst, v); }
+inline void store_p8(uint16_t* dst, __m256 v) { store_bf16x8(dst, v); }
 
 // ---------------------------------------------------------------------------------------------
 // Row decoder (AVX2 + F16C, which every fast ISA has): one cache entry to fp32, exactly the values
@@ -236,15 +254,6 @@ inline int64_t gather_candidates(const fast_job& job, int64_t t, int32_t* slots,
   return n;
 }
 
-// Sum of 16 lanes in a fixed order.
-inline float sum16(const float* v) {
-  float a[8];
-  for (int i = 0; i < 8; ++i) a[i] = v[i] + v[i + 8];
-  float b[4];
-  for (int i = 0; i < 4; ++i) b[i] = a[i] + a[i + 4];
-  return (b[0] + b[2]) + (b[1] + b[3]);
-}
-
 inline uint16_t to_bf16_bits(float x) { return f32_to_bf16(x); }
 
 // Writes one row's result from its state (running max m, sum s, acc = sum p v).
@@ -298,37 +307,37 @@ void load_queries(const fast_job& job, int64_t t0, int ntok, int h0, int nh, int
 
 // Folds one chunk's logits into the running state of each row and writes P (Isa format).
 template <class Isa>
-void softmax_chunk(int rows, int nk, int npad, const item_scratch& s) {
+__attribute__((noinline)) void softmax_chunk(int rows, int nk, int npad, const item_scratch& s) {
   auto* p = static_cast<typename Isa::p_t*>(s.p);
-  const int n16 = round_up_int(npad, 16);  // the lane loops below run over whole 16-key groups
+  const int n16 = round_up_int(npad, 16);  // whole 16-key groups (the tile padding is 8 or 32)
+  const __m256 neg_inf = _mm256_set1_ps(-kInf);
   for (int r = 0; r < rows; ++r) {
     float* l = s.logits + static_cast<size_t>(r) * kChunkKeys;
-    for (int j = 0; j < npad; ++j) l[j] *= s.key_mult[j];
+    for (int j = 0; j < npad; j += 8)
+      _mm256_storeu_ps(l + j, _mm256_mul_ps(_mm256_loadu_ps(l + j), _mm256_loadu_ps(s.key_mult + j)));
     for (int j = nk; j < n16; ++j) l[j] = -kInf;
-    float lane[16];
-    for (int i = 0; i < 16; ++i) lane[i] = -kInf;
-    for (int j = 0; j < n16; j += 16) {
-      for (int i = 0; i < 16; ++i) lane[i] = l[j + i] > lane[i] ? l[j + i] : lane[i];
-    }
-    float m = -kInf;
-    for (int i = 0; i < 16; ++i) m = lane[i] > m ? lane[i] : m;
+    __m256 m8 = neg_inf;
+    for (int j = 0; j < n16; j += 8) m8 = _mm256_max_ps(_mm256_loadu_ps(l + j), m8);  // NaN ignored
+    const float m = hmax8(m8);
     const float old = s.row_max[r];
     const float m_new = m > old ? m : old;
-    const float alpha = old == -kInf ? 0.0f : exp_approx(old - m_new);
-    for (int i = 0; i < 16; ++i) lane[i] = 0.0f;
+    const float alpha = old == -kInf ? 0.0f : _mm_cvtss_f32(_mm256_castps256_ps128(
+                                                  exp8(_mm256_set1_ps(old - m_new))));
+    const __m256 mv = _mm256_set1_ps(m_new);
+    __m256 sum8 = _mm256_setzero_ps();
     typename Isa::p_t* pr = p + static_cast<size_t>(r) * kChunkKeys;
-    for (int j = 0; j < n16; j += 16) {
-      for (int i = 0; i < 16; ++i) {
-        const float e = exp_approx(l[j + i] - m_new);
-        lane[i] += e;
-        pr[j + i] = Isa::from_f32(e * s.key_weight[j + i]);
-      }
+    for (int j = 0; j < n16; j += 8) {
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(l + j), mv));
+      sum8 = _mm256_add_ps(sum8, e);
+      store_p8(pr + j, _mm256_mul_ps(e, _mm256_loadu_ps(s.key_weight + j)));
     }
-    s.row_sum[r] = s.row_sum[r] * alpha + sum16(lane);
+    s.row_sum[r] = s.row_sum[r] * alpha + hsum8(sum8);
     s.row_max[r] = m_new;
     if (alpha != 1.0f) {
+      const __m256 av = _mm256_set1_ps(alpha);
       float* a = s.acc + static_cast<size_t>(r) * kHeadDim;
-      for (int d = 0; d < kHeadDim; ++d) a[d] *= alpha;
+      for (int d = 0; d < kHeadDim; d += 8)
+        _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), av));
     }
   }
 }
@@ -367,7 +376,7 @@ void run_item(const fast_job& job, int64_t item, int worker) {
       const int64_t k0 = c * kChunkKeys;
       const int nk = static_cast<int>(std::min<int64_t>(kChunkKeys, n - k0));
       const int npad = round_up_int(nk, Isa::kKeyPad);
-      for (int j = 0; j < npad; ++j) {
+      for (int j = 0; j < round_up_int(npad, 16); ++j) {
         const int l = j < nk ? s.list[k0 + j] : 0;
         s.key_mult[j] = job.scales.logit[l];
         s.key_weight[j] = j < nk ? job.scales.weight[l] : 0.0f;
