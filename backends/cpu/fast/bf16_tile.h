@@ -27,10 +27,39 @@ inline bf16_tile bf16_tile_of(uint8_t* tile, int d_qk) {
   return t;
 }
 
-inline uint32_t bf16_hi(const float* x) {
-  uint32_t u;
-  std::memcpy(&u, x, sizeof u);
-  return u >> 16;
+// Dims 0..15 of an fp32 row (bf16-exact values) as 8 bf16 pairs (dim 2i low, 2i+1 high): the top
+// two bytes of each fp32, gathered per 128-bit lane, then the lanes put in order.
+inline __m256i bf16_pairs8(const float* x) {
+  const __m256i lo = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1, 2,
+                                      3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i hi = _mm256_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 6, 7, 10, 11, 14, 15,
+                                      -1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 6, 7, 10, 11, 14, 15);
+  const __m256i a =
+      _mm256_shuffle_epi8(_mm256_castps_si256(_mm256_loadu_ps(x)), lo);  // pairs 0 1 | 2 3
+  const __m256i b =
+      _mm256_shuffle_epi8(_mm256_castps_si256(_mm256_loadu_ps(x + 8)), hi);  // 4 5 | 6 7
+  return _mm256_permute4x64_epi64(_mm256_or_si256(a, b), 0xd8);
+}
+
+// Stores the transpose of the 8 x 8 32-bit matrix r[0..7] as 8 rows of 8 at dst, dst + 16, ...
+inline void transpose8_store(const __m256i* r, uint32_t* dst) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * i),
+                        _mm256_permute2x128_si256(u[i], u[i + 4], 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * (i + 4)),
+                        _mm256_permute2x128_si256(u[i], u[i + 4], 0x31));
+  }
 }
 
 // Decodes nk candidates (npad, a multiple of 32, with zero keys after them) into the tile.
@@ -60,16 +89,23 @@ inline void build_bf16_tile(const dsv4_mod_run& run, int d_qk, const int32_t* sl
       decode_entry_f32(c, block, e, row);
     }
     uint32_t* kt = t.kt + static_cast<size_t>(blk) * pairs * 16;
-    for (int k = 0; k < 16; ++k) {
-      const float* row = t.stage + static_cast<size_t>(k) * d_qk;
-      for (int i = 0; i < pairs; ++i)
-        kt[i * 16 + k] = bf16_hi(row + 2 * i) | (bf16_hi(row + 2 * i + 1) << 16);
+    for (int dp = 0; dp < pairs; dp += 8) {
+      __m256i r[16];
+      for (int k = 0; k < 16; ++k) r[k] = bf16_pairs8(t.stage + static_cast<size_t>(k) * d_qk + 2 * dp);
+      transpose8_store(r, kt + static_cast<size_t>(dp) * 16);
+      transpose8_store(r + 8, kt + static_cast<size_t>(dp) * 16 + 8);
     }
     for (int pr = 0; pr < 8; ++pr) {
       const float* r0 = t.stage + static_cast<size_t>(2 * pr) * d_qk;
       const float* r1 = r0 + d_qk;
       uint32_t* vn = t.vn + static_cast<size_t>(blk * 8 + pr) * kHeadDim;
-      for (int d = 0; d < kHeadDim; ++d) vn[d] = bf16_hi(r0 + d) | (bf16_hi(r1 + d) << 16);
+      const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+      for (int d = 0; d < kHeadDim; d += 8) {
+        const __m256i a = _mm256_castps_si256(_mm256_loadu_ps(r0 + d));
+        const __m256i b = _mm256_castps_si256(_mm256_loadu_ps(r1 + d));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(vn + d),
+                            _mm256_or_si256(_mm256_srli_epi32(a, 16), _mm256_and_si256(b, hi)));
+      }
     }
   }
 }
