@@ -123,12 +123,14 @@ dsv4_status fast_attention::run(thread_pool& pool, const dsv4_mod_run& run) cons
     return fail(DSV4_STATUS_PLAN_MISMATCH, "%lld tokens, the plan has room for %zu",
                 static_cast<long long>(T), group_first_.size() - 1);
 
-  // Token groups: consecutive tokens with identical lists (MTP tokens of one request).
+  // Token groups: consecutive tokens with identical lists (MTP tokens of one request). Paged
+  // tokens each have their own window.
+  const bool paged = plan_.mode == DSV4_MODE_PAGED;
   int64_t groups = 0;
   int max_group = 1;
   for (int64_t t = 0; t < T;) {
     int64_t end = t + 1;
-    while (end < T && end - t < kMaxGroupTokens && same_lists(run, t, end)) ++end;
+    while (!paged && end < T && end - t < kMaxGroupTokens && same_lists(run, t, end)) ++end;
     group_first_[static_cast<size_t>(groups++)] = static_cast<int32_t>(t);
     max_group = std::max(max_group, static_cast<int>(end - t));
     t = end;
@@ -161,6 +163,7 @@ dsv4_status fast_attention::run(thread_pool& pool, const dsv4_mod_run& run) cons
   job.scales = value_scales_of(plan_, run);
   job.d_qk = plan_.head_dim_qk;
   job.q_is_fp8 = plan_.q_dtype.code == DSV4_DTYPE_CODE_FLOAT8_E4M3FN;
+  job.paged = paged;
   job.max_candidates = std::max<int64_t>(1, limits_.main + limits_.extra);
   job.group_first = group_first_.data();
   job.num_groups = groups;

@@ -199,8 +199,11 @@ dsv4_status slot_run(const void* mplan, const dsv4_mod_run* run) {
     };
     if (p->mod.mode == DSV4_MODE_EXPLICIT) return attend(*run);
 #if DSV4_CPU_HAVE_PAGED
+    // The fast kernels build each token's lists as they gather its rows (nothing is written to
+    // the workspace); the reference kernel reads them from the workspace.
     dsv4_mod_run lists{};
-    const dsv4_status st = cpu_paged_build_lists(p->mod, *run, host(), &lists);
+    const dsv4_status st =
+        cpu_paged_build_lists(p->mod, *run, host(), &lists, /*write_lists=*/p->kernel != nullptr);
     if (st != DSV4_STATUS_OK) return st;
     return attend(lists);
 #else

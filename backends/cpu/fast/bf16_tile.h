@@ -91,7 +91,8 @@ inline void build_bf16_tile(const dsv4_mod_run& run, int d_qk, const int32_t* sl
     uint32_t* kt = t.kt + static_cast<size_t>(blk) * pairs * 16;
     for (int dp = 0; dp < pairs; dp += 8) {
       __m256i r[16];
-      for (int k = 0; k < 16; ++k) r[k] = bf16_pairs8(t.stage + static_cast<size_t>(k) * d_qk + 2 * dp);
+      for (int k = 0; k < 16; ++k)
+        r[k] = bf16_pairs8(t.stage + static_cast<size_t>(k) * d_qk + 2 * dp);
       transpose8_store(r, kt + static_cast<size_t>(dp) * 16);
       transpose8_store(r + 8, kt + static_cast<size_t>(dp) * 16 + 8);
     }

@@ -21,6 +21,7 @@
 #include "common/codec.h"
 #include "common/index.h"
 #include "common/layout.h"
+#include "common/paged_index.h"
 #include "common/softmax.h"
 #include "fast/job.h"
 
@@ -229,16 +230,35 @@ inline size_t scratch_layout(int d_qk, int64_t max_candidates, uint8_t* base, it
 }
 
 // Valid candidates of token t (main list, then extra list), in list order; returns the count.
+// Paged runs build the token's two lists here, with the shared builders, into `slots` itself
+// (SWA row, then compressed row), and compact them in place.
 inline int64_t gather_candidates(const fast_job& job, int64_t t, int32_t* slots, uint8_t* list) {
   const dsv4_mod_run& run = *job.run;
   const dsv4_mod_index_list* lists[2] = {&run.main_list, &run.extra_list};
   const dsv4_mod_cache* caches[2] = {&run.swa_cache, &run.extra_cache};
+  int32_t paged_len[2] = {0, 0};
+  if (job.paged) {
+    const paged_geometry g = paged_geometry_of(*job.plan);
+    const paged_capacity cap{
+        run.swa_cache.base == nullptr ? 0 : run.swa_cache.num_blocks * run.swa_cache.block_size,
+        run.extra_cache.base == nullptr ? 0
+                                        : run.extra_cache.num_blocks * run.extra_cache.block_size};
+    paged_build_token(g, run.paged, cap, t, slots, 1, &paged_len[0],
+                      g.cmp_width > 0 ? slots + g.window : nullptr, 1, &paged_len[1]);
+  }
   int64_t n = 0;
   [[maybe_unused]] bool first = true;
   for (int l = 0; l < 2; ++l) {
-    const int64_t count = list_row_count(*lists[l], t, run.seq_q);
-    if (count == 0) continue;
-    const list_row row = list_row_of(*lists[l], t, run.seq_q);
+    int64_t count;
+    list_row row;
+    if (job.paged) {
+      count = paged_len[l];
+      row = list_row{slots + (l == 0 ? 0 : job.plan->window), 1};
+    } else {
+      count = list_row_count(*lists[l], t, run.seq_q);
+      if (count == 0) continue;
+      row = list_row_of(*lists[l], t, run.seq_q);
+    }
     for (int64_t i = 0; i < count && n < job.max_candidates; ++i) {
       int64_t idx = row.base[i * row.step];
       if (!slot_is_valid(idx, *caches[l])) continue;
@@ -314,15 +334,17 @@ __attribute__((noinline)) void softmax_chunk(int rows, int nk, int npad, const i
   for (int r = 0; r < rows; ++r) {
     float* l = s.logits + static_cast<size_t>(r) * kChunkKeys;
     for (int j = 0; j < npad; j += 8)
-      _mm256_storeu_ps(l + j, _mm256_mul_ps(_mm256_loadu_ps(l + j), _mm256_loadu_ps(s.key_mult + j)));
+      _mm256_storeu_ps(l + j,
+                       _mm256_mul_ps(_mm256_loadu_ps(l + j), _mm256_loadu_ps(s.key_mult + j)));
     for (int j = nk; j < n16; ++j) l[j] = -kInf;
     __m256 m8 = neg_inf;
     for (int j = 0; j < n16; j += 8) m8 = _mm256_max_ps(_mm256_loadu_ps(l + j), m8);  // NaN ignored
     const float m = hmax8(m8);
     const float old = s.row_max[r];
     const float m_new = m > old ? m : old;
-    const float alpha = old == -kInf ? 0.0f : _mm_cvtss_f32(_mm256_castps256_ps128(
-                                                  exp8(_mm256_set1_ps(old - m_new))));
+    const float alpha =
+        old == -kInf ? 0.0f
+                     : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(old - m_new))));
     const __m256 mv = _mm256_set1_ps(m_new);
     __m256 sum8 = _mm256_setzero_ps();
     typename Isa::p_t* pr = p + static_cast<size_t>(r) * kChunkKeys;

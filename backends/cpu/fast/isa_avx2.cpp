@@ -84,8 +84,9 @@ struct isa_avx2 {
   static float from_bf16(uint16_t h) { return bf16_to_f32(h); }
 
   // Tile: fp32 rows [npad][d_qk]; padding rows zero.
-  __attribute__((noinline)) static void build_tile(const dsv4_mod_run& run, int d_qk, const int32_t* slots,
-                         const uint8_t* list, int nk, int npad, uint8_t* tile) {
+  __attribute__((noinline)) static void build_tile(const dsv4_mod_run& run, int d_qk,
+                                                   const int32_t* slots, const uint8_t* list,
+                                                   int nk, int npad, uint8_t* tile) {
     float* rows = reinterpret_cast<float*>(tile);
     for (int j = 0; j < nk; ++j) {
       const dsv4_mod_cache& c = list[j] == 0 ? run.swa_cache : run.extra_cache;

@@ -49,6 +49,7 @@ struct fast_job {
   value_scales scales;
   int d_qk;
   bool q_is_fp8;
+  bool paged;  // lists built per token from run->paged (spec 4) instead of read from the run
   int64_t max_candidates;  // main + extra list widths
   // Token groups: group g covers tokens [group_first[g], group_first[g + 1]).
   const int32_t* group_first;
