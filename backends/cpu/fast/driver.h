@@ -100,8 +100,8 @@ inline __m256 round_to_bf16_v(__m256 x) {
   return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 
-// 16 FP8 bytes to fp32 (times `scale`, rounded to bf16 when `round`).
-inline void fp8x16_to_f32(const uint8_t* p, bool fnuz, __m256 scale, bool round, float* out) {
+// 16 FP8 bytes to fp32 bit patterns of fp16 (the byte's value x 2^-8, FNUZ x 2^-7), widened.
+inline void fp8x16_widen(const uint8_t* p, bool fnuz, __m256* lo, __m256* hi) {
   const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7f));
   __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7),
@@ -109,17 +109,33 @@ inline void fp8x16_to_f32(const uint8_t* p, bool fnuz, __m256 scale, bool round,
   const __m256i nan = fnuz ? _mm256_cmpeq_epi16(w, _mm256_set1_epi16(0x80))
                            : _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7f));
   h = _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7e00)));
+  *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+  *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+}
+
+// 16 FP8 bytes to fp32: x 2^8 (2^7) restores the value exactly, x scale is the reference's one
+// rounding step, then the reference's rounding to bf16.
+inline void fp8x16_to_f32(const uint8_t* p, bool fnuz, __m256 scale, bool round, float* out) {
+  __m256 lo, hi;
+  fp8x16_widen(p, fnuz, &lo, &hi);
   const __m256 unbias = _mm256_set1_ps(fnuz ? 128.0f : 256.0f);
-  __m256 lo = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), unbias);
-  __m256 hi = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), unbias);
-  lo = _mm256_mul_ps(lo, scale);
-  hi = _mm256_mul_ps(hi, scale);
+  lo = _mm256_mul_ps(_mm256_mul_ps(lo, unbias), scale);
+  hi = _mm256_mul_ps(_mm256_mul_ps(hi, unbias), scale);
   if (round) {
     lo = round_to_bf16_v(lo);
     hi = round_to_bf16_v(hi);
   }
   _mm256_storeu_ps(out, lo);
   _mm256_storeu_ps(out + 8, hi);
+}
+
+// The same where the product is exact (a power-of-two factor that keeps every FP8 value normal and
+// finite in fp32, and bf16-exact): one multiply, no rounding.
+inline void fp8x16_to_f32_exact(const uint8_t* p, bool fnuz, __m256 factor, float* out) {
+  __m256 lo, hi;
+  fp8x16_widen(p, fnuz, &lo, &hi);
+  _mm256_storeu_ps(out, _mm256_mul_ps(lo, factor));
+  _mm256_storeu_ps(out + 8, _mm256_mul_ps(hi, factor));
 }
 
 inline void bf16x16_to_f32(const uint8_t* p, float* out) {
@@ -150,6 +166,13 @@ inline void decode_entry_f32(const dsv4_mod_cache& c, const uint8_t* block, int6
     case DSV4_KV_LAYOUT_FP8_V4_584B: {
       const uint8_t* sc = block + v4_scale_offset(c.block_size, e);
       for (int k = 0; k < kV4Tiles; ++k) {
+        // Scale bytes 10..245 keep every product of an FP8 value normal, finite and bf16-exact.
+        if (sc[k] >= 10 && sc[k] <= 245) {
+          const __m256 f = _mm256_set1_ps(ue8m0_to_f32(sc[k]) * (fnuz ? 128.0f : 256.0f));
+          for (int j = 0; j < kV4TileDim; j += 16)
+            fp8x16_to_f32_exact(p + k * kV4TileDim + j, fnuz, f, out + k * kV4TileDim + j);
+          continue;
+        }
         const __m256 s = _mm256_set1_ps(ue8m0_to_f32(sc[k]));
         for (int j = 0; j < kV4TileDim; j += 16)
           fp8x16_to_f32(p + k * kV4TileDim + j, fnuz, s, true, out + k * kV4TileDim + j);
@@ -172,7 +195,7 @@ inline void decode_entry_f32(const dsv4_mod_cache& c, const uint8_t* block, int6
     }
     case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR:
       for (int d = 0; d < kHeadDim; d += 16)
-        fp8x16_to_f32(p + d, fnuz, _mm256_set1_ps(1.0f), false, out + d);
+        fp8x16_to_f32_exact(p + d, fnuz, _mm256_set1_ps(fnuz ? 128.0f : 256.0f), out + d);
       break;
     default:
       break;

@@ -106,14 +106,15 @@ struct isa_avx2 {
                 sizeof(float) * static_cast<size_t>(npad - nk) * d_qk);
   }
 
-  // Rows in blocks of 6 (12 accumulators: the tile is read once per 6 rows), then 4 or 2.
+  // Rows in blocks of 6 (12 accumulators: the tile is read once per 6 rows), then 4 or 2 (8 rows
+  // as 4 + 4).
   __attribute__((noinline)) static void qk(const float* q, int rows, int d, const uint8_t* tile,
                                            int npad, float* logits) {
     const float* k = reinterpret_cast<const float*>(tile);
     for (int r = 0; r < rows;) {
       const float* qr = q + static_cast<size_t>(r) * d;
       float* lr = logits + static_cast<size_t>(r) * kChunkKeys;
-      if (rows - r >= 6) {
+      if (rows - r >= 6 && rows - r != 8) {
         qk_rows<6>(qr, d, k, npad, lr);
         r += 6;
       } else if (rows - r >= 4) {
@@ -132,7 +133,7 @@ struct isa_avx2 {
     for (int r = 0; r < rows;) {
       const float* pr = p + static_cast<size_t>(r) * kChunkKeys;
       float* ar = acc + static_cast<size_t>(r) * kHeadDim;
-      if (rows - r >= 6) {
+      if (rows - r >= 6 && rows - r != 8) {
         pv_rows<6>(pr, d, v, npad, ar);
         r += 6;
       } else if (rows - r >= 4) {
