@@ -75,14 +75,8 @@ inline void build_bf16_tile(const dsv4_mod_run& run, int d_qk, const int32_t* sl
         std::memset(row, 0, sizeof(float) * static_cast<size_t>(d_qk));
         continue;
       }
-      if (j + 4 < nk) {
-        const dsv4_mod_cache& cn = list[j + 4] == 0 ? run.swa_cache : run.extra_cache;
-        int64_t en;
-        const uint8_t* pn =
-            slot_block_base(cn, slots[j + 4], &en) + entry_data_offset(cn.layout, en);
-        for (int b = 0; b < layout_bytes_per_token(cn.layout); b += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(pn + b), _MM_HINT_T0);
-      }
+      if (j + kPrefetchRows < nk)
+        prefetch_row(run, slots[j + kPrefetchRows], list[j + kPrefetchRows], 0);
       const dsv4_mod_cache& c = list[j] == 0 ? run.swa_cache : run.extra_cache;
       int64_t e;
       const uint8_t* block = slot_block_base(c, slots[j], &e);

@@ -90,14 +90,8 @@ struct isa_avx2 {
     float* rows = reinterpret_cast<float*>(tile);
     for (int j = 0; j < nk; ++j) {
       const dsv4_mod_cache& c = list[j] == 0 ? run.swa_cache : run.extra_cache;
-      if (j + 4 < nk) {  // a row 4 ahead: its block is far away in memory
-        const dsv4_mod_cache& cn = list[j + 4] == 0 ? run.swa_cache : run.extra_cache;
-        int64_t en;
-        const uint8_t* bn = slot_block_base(cn, slots[j + 4], &en);
-        const uint8_t* pn = bn + entry_data_offset(cn.layout, en);
-        for (int b = 0; b < layout_bytes_per_token(cn.layout); b += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(pn + b), _MM_HINT_T0);
-      }
+      if (j + fast::kPrefetchRows < nk)
+        fast::prefetch_row(run, slots[j + fast::kPrefetchRows], list[j + fast::kPrefetchRows], 0);
       int64_t e;
       const uint8_t* block = slot_block_base(c, slots[j], &e);
       fast::decode_entry_f32(c, block, e, rows + static_cast<size_t>(j) * d_qk);
