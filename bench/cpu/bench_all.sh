@@ -27,7 +27,7 @@ DSV4_BENCH_MAX_THREADS=$threads "$bin" "${flags[@]}" --benchmark_out="$tmp/gbenc
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 isa=$(grep -o -w -E 'avx512f|avx512_bf16|amx_bf16|avx2' /proc/cpuinfo | sort -u | paste -sd ' ')
-python3 "$root/bench/cpu/report.py" --gbench "$tmp/gbench.json" --torch "$tmp/torch.json" \
+/usr/bin/python3 "$root/bench/cpu/report.py" --gbench "$tmp/gbench.json" --torch "$tmp/torch.json" \
   --out-dir "$root/bench/results" --plot "$root/docs/img/cpu-roofline.png" \
   --device "$model, $(nproc) CPUs ($isa)" --commit "$(git -C "$root" rev-parse --short HEAD)" \
   --command "bench/cpu/bench_all.sh $build (DSV4_BENCH_MAX_THREADS=$threads DSV4_BENCH_REPS=$reps)" \
