@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -180,6 +181,8 @@ struct ExplicitCase {
   int topk, extra_topk;
   int block_size;
 };
+
+std::ostream& operator<<(std::ostream& os, const ExplicitCase& c) { return os << c.name; }
 
 void run_explicit(const ExplicitCase& c) {
   SCOPED_TRACE(c.name + ", " + seed_note());
@@ -369,6 +372,8 @@ struct PagedCase {
   int ratio;  // 4 or 128
   int swa_block;
 };
+
+std::ostream& operator<<(std::ostream& os, const PagedCase& c) { return os << c.name; }
 
 void run_paged(const PagedCase& c) {
   SCOPED_TRACE(c.name + ", " + seed_note());
