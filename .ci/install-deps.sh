@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
       python3 abigail-tools libdlpack-dev cmake-format clang-format rustc cargo golang-go
       python3-numpy python3-torch python3-pytest python3-venv python3-pip python3-setuptools
-      libsimde-dev)
+      nlohmann-json3-dev libsimde-dev)
 if [ "${1:-}" = bench ]; then
   pkgs+=(python3-matplotlib)
 fi

@@ -163,6 +163,7 @@ dsv4_status fast_attention::run(thread_pool& pool, const dsv4_mod_run& run) cons
   job.scales = value_scales_of(plan_, run);
   job.d_qk = plan_.head_dim_qk;
   job.q_is_fp8 = plan_.q_dtype.code == DSV4_DTYPE_CODE_FLOAT8_E4M3FN;
+  job.out_f32 = plan_.out_dtype.code == DSV4_DTYPE_CODE_FLOAT;
   job.paged = paged;
   job.max_candidates = std::max<int64_t>(1, limits_.main + limits_.extra);
   job.group_first = group_first_.data();

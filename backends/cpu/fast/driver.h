@@ -322,17 +322,18 @@ inline int64_t gather_candidates(const fast_job& job, int64_t t, int32_t* slots,
   return n;
 }
 
-inline uint16_t to_bf16_bits(float x) { return f32_to_bf16(x); }
-
-// Writes one row's result from its state (running max m, sum s, acc = sum p v).
+// Writes one row's result from its state (running max m, sum s, acc = sum p v). out holds the
+// plan's out_dtype: bf16, or fp32 (partials for dsv4_merge, no rounding step).
 inline void write_row(const fast_job& job, int64_t t, int h, float m, float s, const float* acc) {
   const dsv4_mod_run& run = *job.run;
   const int64_t seq_q = run.seq_q;
-  uint16_t* o = static_cast<uint16_t*>(run.out.data) + token_offset(run.out, t, seq_q, h);
+  const size_t elem = job.out_f32 ? sizeof(float) : sizeof(uint16_t);
+  uint8_t* o = static_cast<uint8_t*>(run.out.data) +
+               token_offset(run.out, t, seq_q, h) * static_cast<int64_t>(elem);
   float* lse_out = static_cast<float*>(run.lse.data);
   float* max_out = static_cast<float*>(run.max_logits.data);
   if (s == 0.0f && m == -kInf) {  // no valid candidate: the lonely-row rule (spec 2.3)
-    std::memset(o, 0, sizeof(uint16_t) * kHeadDim);
+    std::memset(o, 0, elem * kHeadDim);
     if (lse_out != nullptr) lse_out[token_offset(run.lse, t, seq_q, h)] = kInf;
     if (max_out != nullptr) max_out[token_offset(run.max_logits, t, seq_q, h)] = -kInf;
     return;
@@ -343,10 +344,16 @@ inline void write_row(const fast_job& job, int64_t t, int h, float m, float s, c
   if (run.attn_sink != nullptr) f = sink_factor(run.attn_sink[h], lse);
 #endif
   if (f == 0.0f) {
-    std::memset(o, 0, sizeof(uint16_t) * kHeadDim);
+    std::memset(o, 0, elem * kHeadDim);
   } else {
     const float c = job.scales.out * (1.0f / s) * f;
-    for (int d = 0; d < kHeadDim; ++d) o[d] = to_bf16_bits(acc[d] * c);
+    if (job.out_f32) {
+      float* of = reinterpret_cast<float*>(o);
+      for (int d = 0; d < kHeadDim; ++d) of[d] = acc[d] * c;
+    } else {
+      uint16_t* ob = reinterpret_cast<uint16_t*>(o);
+      for (int d = 0; d < kHeadDim; ++d) ob[d] = f32_to_bf16(acc[d] * c);
+    }
   }
   if (lse_out != nullptr) lse_out[token_offset(run.lse, t, seq_q, h)] = lse;
   if (max_out != nullptr) max_out[token_offset(run.max_logits, t, seq_q, h)] = m;

@@ -49,7 +49,8 @@ struct fast_job {
   value_scales scales;
   int d_qk;
   bool q_is_fp8;
-  bool paged;  // lists built per token from run->paged (spec 4) instead of read from the run
+  bool out_f32;  // out in fp32 (plan out_dtype), else bf16
+  bool paged;    // lists built per token from run->paged (spec 4) instead of read from the run
   int64_t max_candidates;  // main + extra list widths
   // Token groups: group g covers tokens [group_first[g], group_first[g + 1]).
   const int32_t* group_first;
