@@ -10,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-build-isa}
 cd "$root"
-./.ci/install-deps.sh
+# Packages: those of .ci/install-deps.sh (and its "bench" extras for the benchmark at the end).
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4_BACKEND_CUDA=OFF
 cmake --build "$build" -j "$(nproc)" --target dsv4 dsv4-backend-cpu dsv4_conformance_test \
   dsv4_batch_invariance_test dsv4_bench_cpu
