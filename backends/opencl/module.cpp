@@ -168,6 +168,9 @@ struct instance {
 
 struct context {
   device_entry dev;
+  // cl_intel_unified_shared_memory's pointer query, where the platform has it: it tells a pointer
+  // that no SVM/USM allocation of the context holds (other platforms cannot tell).
+  clGetMemAllocInfoINTEL_fn mem_alloc_info = nullptr;
   cl_context own = nullptr;  // the module's context: plan-time builds
   std::string build_options;
   std::mutex mutex;  // guards binary and instances
@@ -274,9 +277,26 @@ dsv4_status instance_for(context* ctx, cl_command_queue queue, const char* what,
   return DSV4_STATUS_OK;
 }
 
-// Sets each launch's arguments and enqueues it on the caller's queue.
-dsv4_status enqueue(instance* inst, cl_command_queue queue, const clk::launch_list& launches,
-                    const char* what) {
+// Sets each launch's arguments and enqueues it on the caller's queue, after checking every
+// pointer where the platform can tell (so a bad one leaves everything untouched).
+dsv4_status enqueue(const context* ctx, instance* inst, cl_command_queue queue,
+                    const clk::launch_list& launches, const char* what) {
+  if (ctx->mem_alloc_info != nullptr) {
+    for (int i = 0; i < launches.count; ++i) {
+      const clk::launch& l = launches.item[i];
+      for (int a = 0; a < l.num_args; ++a) {
+        const clk::launch::arg& arg = l.args[a];
+        if (!arg.is_pointer) continue;
+        cl_uint type = CL_MEM_TYPE_UNKNOWN_INTEL;
+        const cl_int err = ctx->mem_alloc_info(inst->context, arg.pointer, CL_MEM_ALLOC_TYPE_INTEL,
+                                               sizeof type, &type, nullptr);
+        if (err != CL_SUCCESS || type == CL_MEM_TYPE_UNKNOWN_INTEL)
+          return fail(DSV4_STATUS_INVALID_ARGUMENT,
+                      "%s: %s (%p) is not an SVM/USM allocation of the stream's context", what,
+                      arg.name, arg.pointer);
+      }
+    }
+  }
   std::lock_guard<std::mutex> lock(inst->mutex);
   for (int i = 0; i < launches.count; ++i) {
     const clk::launch& l = launches.item[i];
@@ -379,6 +399,8 @@ dsv4_status slot_ctx_create(const dsv4_mod_ctx_config* config, void** out_mctx) 
         CL_CONTEXT_PLATFORM, reinterpret_cast<cl_context_properties>(ctx->dev.platform), 0};
     ctx->own = clCreateContext(props, 1, &ctx->dev.device, nullptr, nullptr, &err);
     if (err != CL_SUCCESS) return cl_fail(err, "ctx_create: clCreateContext");
+    ctx->mem_alloc_info = reinterpret_cast<clGetMemAllocInfoINTEL_fn>(
+        clGetExtensionFunctionAddressForPlatform(ctx->dev.platform, "clGetMemAllocInfoINTEL"));
     // IEEE semantics throughout (infinities in sinks, NaN rows masked by selection).
     ctx->build_options = "-cl-std=CL1.2";
     if (const char* env = g_host != nullptr && g_host->get_env != nullptr
@@ -452,7 +474,7 @@ dsv4_status slot_run(const void* mplan, const dsv4_mod_run* run) {
     if (st != DSV4_STATUS_OK) return st;
     clk::launch_list launches;
     clk::plan_run(p->mod, *run, &launches);
-    return enqueue(inst, queue, launches, "run");
+    return enqueue(p->ctx, inst, queue, launches, "run");
   });
 }
 
@@ -478,7 +500,7 @@ dsv4_status slot_kv_write(void* mctx, const dsv4_mod_kv_write* write) {
     if (st != DSV4_STATUS_OK) return st;
     clk::launch_list launches;
     clk::plan_kv_write(*write, &launches);
-    return enqueue(inst, queue, launches, "kv_write");
+    return enqueue(ctx, inst, queue, launches, "kv_write");
   });
 }
 
@@ -511,7 +533,7 @@ dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch,
     if (st != DSV4_STATUS_OK) return st;
     clk::launch_list launches;
     clk::plan_export(*exp->plan, *batch, *exp, &launches);
-    return enqueue(inst, queue, launches, "export_indices");
+    return enqueue(p->ctx, inst, queue, launches, "export_indices");
   });
 }
 
@@ -530,7 +552,7 @@ dsv4_status slot_merge(void* mctx, const dsv4_mod_merge* m) {
     if (st != DSV4_STATUS_OK) return st;
     clk::launch_list launches;
     clk::plan_merge(*m, &launches);
-    return enqueue(inst, queue, launches, "merge");
+    return enqueue(ctx, inst, queue, launches, "merge");
   });
 }
 
