@@ -21,7 +21,6 @@
 #include <string>
 #include <vector>
 
-#include "common/layout.h"
 #include "dsv4_backend.h"
 #include "dsv4_backend_export.h"
 #include "module/module_entry.h"
@@ -185,7 +184,6 @@ struct context {
 struct plan {
   context* ctx = nullptr;
   dsv4_mod_plan mod{};
-  size_t workspace_bytes = 0;
 };
 
 std::string build_log(cl_program p, cl_device_id d) {
@@ -429,7 +427,6 @@ dsv4_status slot_plan_create(void* mctx, const dsv4_mod_plan* mod, void** out_mp
     // Every layout, cache flag, head count and plan flag is served: one kernel family
     // (REFERENCE_KERNEL changes nothing) whose result for a token depends on its own lists only
     // (BATCH_INVARIANT holds).
-    p->workspace_bytes = clk::workspace_bytes(p->mod);
     {
       std::lock_guard<std::mutex> lock(p->ctx->mutex);
       const dsv4_status st = build_binary(p->ctx);
@@ -443,7 +440,10 @@ dsv4_status slot_plan_create(void* mctx, const dsv4_mod_plan* mod, void** out_mp
 void slot_plan_destroy(void* mplan) { delete static_cast<plan*>(mplan); }
 
 dsv4_status slot_plan_get_workspace_size(const void* mplan, size_t* out_bytes) {
-  return plan_workspace_size<plan>(fail, mplan, out_bytes);
+  if (mplan == nullptr || out_bytes == nullptr)
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan_get_workspace_size: NULL argument");
+  *out_bytes = clk::workspace_bytes(static_cast<const plan*>(mplan)->mod);
+  return DSV4_STATUS_OK;
 }
 
 dsv4_status slot_plan_get_kernel_name(const void* mplan, char* buffer, size_t capacity) {
@@ -460,13 +460,8 @@ dsv4_status slot_run(const void* mplan, const dsv4_mod_run* run) {
     const plan* p = static_cast<const plan*>(mplan);
     const dsv4_status head = check_run_header(fail, mplan, run, p != nullptr ? p->mod.mode : 0u);
     if (head != DSV4_STATUS_OK) return head;
-    if (run->num_tokens > p->mod.max_tokens)
-      return fail(DSV4_STATUS_PLAN_MISMATCH, "run: %d tokens, plan capacity %d", run->num_tokens,
-                  p->mod.max_tokens);
-    if (run->workspace_bytes < p->workspace_bytes ||
-        (p->workspace_bytes > 0 && run->workspace == nullptr))
-      return fail(DSV4_STATUS_WORKSPACE_TOO_SMALL, "run: workspace of %zu bytes, plan needs %zu",
-                  run->workspace_bytes, p->workspace_bytes);
+    const dsv4_status checked = clk::check_run(fail, p->mod, *run);
+    if (checked != DSV4_STATUS_OK) return checked;
     if (run->num_tokens <= 0) return DSV4_STATUS_OK;
     instance* inst = nullptr;
     cl_command_queue queue = static_cast<cl_command_queue>(run->stream);
@@ -482,16 +477,8 @@ dsv4_status slot_kv_write(void* mctx, const dsv4_mod_kv_write* write) {
   return guarded("kv_write", [&] {
     if (mctx == nullptr || write == nullptr)
       return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: NULL argument");
-    if (write->struct_size < sizeof(dsv4_mod_kv_write))
-      return fail(DSV4_STATUS_ABI_MISMATCH, "kv_write: dsv4_mod_kv_write of %u bytes, need %zu",
-                  write->struct_size, sizeof(dsv4_mod_kv_write));
-    if (!layout_is_known(write->cache.layout))
-      return fail(DSV4_STATUS_UNSUPPORTED, "kv_write: layout %u", write->cache.layout);
-    if (write->dim != layout_head_dim_qk(write->cache.layout))
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: dim %d, layout %u holds %d", write->dim,
-                  write->cache.layout, layout_head_dim_qk(write->cache.layout));
-    if (write->cache.block_size < 1)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: block_size %d", write->cache.block_size);
+    const dsv4_status checked = clk::check_kv_write(fail, *write);
+    if (checked != DSV4_STATUS_OK) return checked;
     if (write->num_rows <= 0) return DSV4_STATUS_OK;
     context* ctx = static_cast<context*>(mctx);
     cl_command_queue queue = static_cast<cl_command_queue>(write->stream);
@@ -511,21 +498,9 @@ dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch,
   return guarded("export_indices", [&] {
     if (mplan == nullptr || batch == nullptr || exp == nullptr || exp->plan == nullptr)
       return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: NULL argument");
-    if (exp->struct_size < sizeof(dsv4_mod_export))
-      return fail(DSV4_STATUS_ABI_MISMATCH, "export_indices: dsv4_mod_export of %u bytes",
-                  exp->struct_size);
+    const dsv4_status checked = clk::check_export(fail, *exp);
+    if (checked != DSV4_STATUS_OK) return checked;
     const plan* p = static_cast<const plan*>(mplan);
-    if (exp->plan->mode != DSV4_MODE_PAGED)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: not a paged plan");
-    if (exp->format != DSV4_EXPORT_FLASHMLA && exp->format != DSV4_EXPORT_CSR &&
-        exp->format != DSV4_EXPORT_FLASHINFER)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: unknown format %u", exp->format);
-    if (exp->format == DSV4_EXPORT_FLASHINFER && exp->combined.col_stride != 1)
-      return fail(DSV4_STATUS_UNSUPPORTED,
-                  "export_indices: combined_indices needs a contiguous last dimension");
-    if (exp->format == DSV4_EXPORT_CSR &&
-        (exp->swa.indptr == nullptr || (exp->cmp.indices != nullptr && exp->cmp.indptr == nullptr)))
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: CSR needs indptr arrays");
     if (batch->num_tokens <= 0) return DSV4_STATUS_OK;
     cl_command_queue queue = static_cast<cl_command_queue>(exp->stream);
     instance* inst = nullptr;

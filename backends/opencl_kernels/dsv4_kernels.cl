@@ -11,11 +11,13 @@
 // read.
 //
 // Sub-groups: where the compiler offers cl_intel_subgroups with a fixed sub-group size of 16
-// (Intel GPUs; the Level Zero build), a sub-group of 16 lanes computes each logit over interleaved
+// (Intel GPUs; the Level Zero build forces it: the offline compiler defines no extension macros), a
+// sub-group of 16 lanes computes each logit over interleaved
 // dims and reduces it with sub_group_reduce_add; elsewhere (PoCL, other vendors) each work-item
 // computes its logit alone. Both sum in a fixed order.
 
-#if defined(cl_intel_subgroups) && defined(cl_intel_required_subgroup_size) && \
+#if ((defined(cl_intel_subgroups) && defined(cl_intel_required_subgroup_size)) || \
+     defined(DSV4_CL_FORCE_SUBGROUP16)) &&                                        \
     !defined(DSV4_CL_NO_SUBGROUPS)
 #define DSV4_CL_SUBGROUP16 1
 #define DSV4_CL_SG_ATTR __attribute__((intel_reqd_sub_group_size(16)))

@@ -8,7 +8,13 @@
 #ifndef DSV4_CL_PARAMS_H
 #define DSV4_CL_PARAMS_H
 
-#ifdef __OPENCL_VERSION__
+/* OpenCL C compilers define __OPENCL_C_VERSION__ (offline clang) or __OPENCL_VERSION__ (runtimes).
+ */
+#if defined(__OPENCL_C_VERSION__) || defined(__OPENCL_VERSION__)
+#define DSV4_CL_DEVICE_SIDE 1
+#endif
+
+#ifdef DSV4_CL_DEVICE_SIDE
 typedef long dsv4_cl_i64;
 typedef int dsv4_cl_i32;
 typedef uint dsv4_cl_u32;
@@ -19,7 +25,7 @@ typedef int32_t dsv4_cl_i32;
 typedef uint32_t dsv4_cl_u32;
 #endif
 
-#ifdef __OPENCL_VERSION__
+#ifdef DSV4_CL_DEVICE_SIDE
 /* The public constants the kernels use (include/dsv4/dsv4_types.h, dsv4.h; tests/opencl checks
  * that the kernels decode every layout exactly as backends/common does). */
 #define DSV4_KV_LAYOUT_NONE 0u
