@@ -3,7 +3,9 @@
 # Safe to run repeatedly; needs root (or sudo) only when something is missing.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-      python3 abigail-tools libdlpack-dev cmake-format clang-format)
+      python3 abigail-tools libdlpack-dev cmake-format clang-format
+      pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers clinfo
+      libze1 libze-dev clang-14 llvm-spirv-14 spirv-tools)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
