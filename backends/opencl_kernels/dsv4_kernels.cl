@@ -37,7 +37,7 @@ typedef struct dsv4_cl_chunk_slot {
 } dsv4_cl_chunk_slot;
 
 __kernel __attribute__((reqd_work_group_size(DSV4_CL_ATTN_THREADS, 1, 1))) DSV4_CL_SG_ATTR void
-dsv4_attention(__global const uchar* q, __global ushort* out, __global float* lse,
+dsv4_attention(__global const uchar* q, __global uchar* out, __global float* lse,
                __global float* max_logits, __global const uchar* cache0,
                __global const uchar* cache1, __global const float* sink,
                __global const int* indices0, __global const int* indptr0,
@@ -181,8 +181,16 @@ dsv4_attention(__global const uchar* q, __global ushort* out, __global float* ls
   if (hh >= heads) return;
   const int head = h0 + hh;
   const long o_off = tb * p.out.stride_b + ts * p.out.stride_s + (long)head * p.out.stride_h;
+  __global float* out32 = (__global float*)out;  // the plan's out dtype: fp32 or bf16
+  __global ushort* out16 = (__global ushort*)out;
   if (valid == 0) {  // lonely query: out 0, lse +inf, max_logits -inf (spec 2.3)
-    for (int k = 0; k < DSV4_CL_DIMS_PER_ITEM; ++k) out[o_off + sub + DSV4_CL_KEY_CHUNK * k] = 0;
+    for (int k = 0; k < DSV4_CL_DIMS_PER_ITEM; ++k) {
+      const long at = o_off + sub + DSV4_CL_KEY_CHUNK * k;
+      if (p.out_f32)
+        out32[at] = 0.0f;
+      else
+        out16[at] = 0;
+    }
     if (sub == 0 && p.has_lse)
       lse[tb * p.lse.stride_b + ts * p.lse.stride_s + (long)head * p.lse.stride_h] = INFINITY;
     if (sub == 0 && p.has_max_logits)
@@ -193,8 +201,14 @@ dsv4_attention(__global const uchar* q, __global ushort* out, __global float* ls
   const float row_lse = m + log(l);
   const float f = p.has_sink ? dsv4_sink_factor(sink[head], row_lse) : 1.0f;
   const float scale = p.out_scale * (1.0f / l) * f;
-  for (int k = 0; k < DSV4_CL_DIMS_PER_ITEM; ++k)
-    out[o_off + sub + DSV4_CL_KEY_CHUNK * k] = f == 0.0f ? 0 : dsv4_f32_to_bf16(acc[k] * scale);
+  for (int k = 0; k < DSV4_CL_DIMS_PER_ITEM; ++k) {
+    const long at = o_off + sub + DSV4_CL_KEY_CHUNK * k;
+    const float v = f == 0.0f ? 0.0f : acc[k] * scale;
+    if (p.out_f32)
+      out32[at] = v;
+    else
+      out16[at] = dsv4_f32_to_bf16(v);
+  }
   if (sub == 0 && p.has_lse)
     lse[tb * p.lse.stride_b + ts * p.lse.stride_s + (long)head * p.lse.stride_h] = row_lse;
   if (sub == 0 && p.has_max_logits)

@@ -194,6 +194,7 @@ inline void plan_run(const dsv4_mod_plan& plan, const dsv4_mod_run& run, launch_
   a.has_lse = run.lse.data != nullptr ? 1 : 0;
   a.has_max_logits = run.max_logits.data != nullptr ? 1 : 0;
   a.has_sink = run.attn_sink != nullptr ? 1 : 0;
+  a.out_f32 = plan.out_dtype.code == DSV4_DTYPE_CODE_FLOAT ? 1 : 0;
 
   const int32_t* lists[2][3] = {{nullptr, nullptr, nullptr}, {nullptr, nullptr, nullptr}};
   if (plan.mode == DSV4_MODE_EXPLICIT) {

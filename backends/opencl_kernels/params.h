@@ -99,7 +99,7 @@ typedef struct dsv4_cl_attention_params {
   dsv4_cl_i32 has_lse;
   dsv4_cl_i32 has_max_logits;
   dsv4_cl_i32 has_sink;
-  dsv4_cl_i32 pad0;
+  dsv4_cl_i32 out_f32; /* out holds fp32 (partials for dsv4_merge), else bf16 */
 } dsv4_cl_attention_params;
 
 /* Paged geometry (backends/common/paged_index.h paged_geometry) and batch scalars. */

@@ -346,7 +346,7 @@ def plan_by_id(plan_id):
 
 class Plan(_Closable):
     """An immutable dsv4_plan. Keyword options are dsv4_plan_options field names; swa_cache and
-    extra_cache take a KvCacheDesc or a dict of its fields; q_dtype any dtype spec. `id` is an
+    extra_cache take a KvCacheDesc or a dict of its fields; q_dtype and out_dtype any dtype spec. `id` is an
     integer naming the plan for plan_by_id (unique in the process)."""
 
     def __init__(self, ctx, **options):
@@ -358,8 +358,8 @@ class Plan(_Closable):
                 raise TypeError("Plan() got an unknown option %r" % key)
             if key in ("swa_cache", "extra_cache"):
                 _fill_cache_desc(getattr(c_options, key), value, key)
-            elif key == "q_dtype":
-                c_options.q_dtype = _lib.CDType(*as_dtype(value))
+            elif key in ("q_dtype", "out_dtype"):
+                setattr(c_options, key, _lib.CDType(*as_dtype(value)))
             else:
                 setattr(c_options, key, value)
         self.ctx = ctx

@@ -88,7 +88,7 @@ class CPlanOptions(_c.Structure):
                 ("max_model_len", _c.c_int64), ("max_requests", _c.c_int32),
                 ("max_swa_blocks_per_request", _c.c_int32),
                 ("max_cmp_blocks_per_request", _c.c_int32),
-                ("compressed_block_tokens", _c.c_int32)]
+                ("compressed_block_tokens", _c.c_int32), ("out_dtype", CDType)]
 
 
 class CPlanInfo(_c.Structure):
