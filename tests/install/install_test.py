@@ -192,8 +192,13 @@ def main():
     info = json.loads(p.stdout) if p.returncode == 0 else {}
     paths = module_paths(info)
     names = sorted(m["name"] for m in info.get("modules", []))
-    checks.record("the moved install lists its own modules (cpu, example) and only those",
-                  names == ["cpu", "example"] and all(x.startswith(f"{moved}/") for x in paths),
+    # cpu and example, plus the GPU modules the build found toolchains for (OpenCL, Level Zero).
+    backends = moved / "lib" / "dsv4" / "backends"
+    own = ["cpu", "example"] + [n for n in ("level-zero", "opencl")
+                                if (backends / f"libdsv4-{n}.so").exists()]
+    checks.record("the moved install lists its own modules (cpu, example, any GPU module built) "
+                  "and only those",
+                  names == sorted(own) and all(x.startswith(f"{moved}/") for x in paths),
                   f"{names} {paths}")
 
     # The consumers built before the move, against the moved library; the loader's debug lines
