@@ -6,19 +6,23 @@
 #   make fuzz       every libFuzzer target for FUZZ_SECONDS each (clang, ASan + UBSan)
 #   make reliability-report   docs/reliability.md's figures from the runs recorded above
 #   make bench      build and run the CPU benchmarks
+#   make bench-cpu  the CPU benchmark in one run against its roofline and plain PyTorch
+#                   (bench/results/cpu*.json, docs/img/cpu-roofline.png)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# The project's own builds treat warnings as errors; a consumer's build (DSV4_WERROR default OFF) does not.
+WERROR_FLAGS = -DDSV4_WERROR=ON
 CTEST_FLAGS ?= --output-on-failure
 FUZZ_SECONDS ?= 600
 FUZZ_FLAGS ?=
 CLANG ?= clang-14
 
 .PHONY: all deps configure build run test test-asan test-tsan fuzz-build fuzz-smoke fuzz bench \
-	clean format format-check reliability-report
+	bench-cpu clean format format-check reliability-report
 
 all: build
 
@@ -26,7 +30,7 @@ deps:
 	@./.ci/install-deps.sh
 
 $(BUILD)/build.ninja: | deps
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(WERROR_FLAGS) $(CMAKE_FLAGS)
 
 configure: $(BUILD)/build.ninja
 
@@ -43,7 +47,7 @@ test: build
 
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSV4_SANITIZE=address,undefined \
-	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BUILD_BENCH=OFF $(WERROR_FLAGS) $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest $(CTEST_FLAGS) -j $(JOBS) -LE no-asan \
@@ -52,7 +56,7 @@ test-asan: deps
 # ThreadSanitizer: only what the concurrency tests need is built (label tsan).
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4_SANITIZE=thread \
-	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BUILD_BENCH=OFF -DDSV4_BUILD_EXAMPLES=OFF $(CMAKE_FLAGS)
+	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BUILD_BENCH=OFF -DDSV4_BUILD_EXAMPLES=OFF $(WERROR_FLAGS) $(CMAKE_FLAGS)
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target dsv4_concurrency_test
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest $(CTEST_FLAGS) -j $(JOBS) -L tsan --output-junit ctest-junit.xml
@@ -61,7 +65,7 @@ test-tsan: deps
 $(FUZZ_BUILD)/build.ninja: | deps
 	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_C_COMPILER=$(CLANG) -DCMAKE_CXX_COMPILER=$(CLANG:clang%=clang++%) \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4_FUZZ=ON -DDSV4_SANITIZE=address,undefined \
-	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BUILD_TESTS=OFF -DDSV4_BUILD_BENCH=OFF -DDSV4_BUILD_EXAMPLES=OFF
+	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BUILD_TESTS=OFF -DDSV4_BUILD_BENCH=OFF -DDSV4_BUILD_EXAMPLES=OFF $(WERROR_FLAGS)
 
 fuzz-build: $(FUZZ_BUILD)/build.ninja
 	cmake --build $(FUZZ_BUILD) -j $(JOBS)
@@ -82,6 +86,10 @@ reliability-report:
 
 bench: build
 	$(BUILD)/bin/dsv4_bench_cpu
+
+bench-cpu: build
+	@./.ci/install-deps.sh bench
+	bench/cpu/bench_all.sh $(BUILD)
 
 format:
 	python3 scripts/format.py

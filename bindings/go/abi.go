@@ -137,6 +137,7 @@ func abiStructs() []structLayout {
 			{"max_swa_blocks_per_request", unsafe.Offsetof(v_dsv4_plan_options.max_swa_blocks_per_request), unsafe.Sizeof(v_dsv4_plan_options.max_swa_blocks_per_request)},
 			{"max_cmp_blocks_per_request", unsafe.Offsetof(v_dsv4_plan_options.max_cmp_blocks_per_request), unsafe.Sizeof(v_dsv4_plan_options.max_cmp_blocks_per_request)},
 			{"compressed_block_tokens", unsafe.Offsetof(v_dsv4_plan_options.compressed_block_tokens), unsafe.Sizeof(v_dsv4_plan_options.compressed_block_tokens)},
+			{"out_dtype", unsafe.Offsetof(v_dsv4_plan_options.out_dtype), unsafe.Sizeof(v_dsv4_plan_options.out_dtype)},
 		}},
 		{"dsv4_plan_info", unsafe.Sizeof(v_dsv4_plan_info), unsafe.Alignof(v_dsv4_plan_info), []fieldLayout{
 			{"struct_size", unsafe.Offsetof(v_dsv4_plan_info.struct_size), unsafe.Sizeof(v_dsv4_plan_info.struct_size)},

@@ -251,6 +251,7 @@ type PlanOptions struct {
 	MaxSWABlocksPerRequest int32
 	MaxCmpBlocksPerRequest int32
 	CompressedBlockTokens  int32
+	OutDType               DType // bf16 (default), or fp32 for partials merged later
 }
 
 // DefaultPlanOptions is dsv4_plan_options_init's result.
@@ -270,7 +271,8 @@ func DefaultPlanOptions() (PlanOptions, error) {
 		uint32(o.index_format), int32(o.topk), int32(o.extra_topk), int32(o.compress_ratio),
 		int32(o.window), int32(o.index_topk), int32(o.decode_threshold), int64(o.max_model_len),
 		int32(o.max_requests), int32(o.max_swa_blocks_per_request),
-		int32(o.max_cmp_blocks_per_request), int32(o.compressed_block_tokens)}, nil
+		int32(o.max_cmp_blocks_per_request), int32(o.compressed_block_tokens),
+		DType{uint8(o.out_dtype.code), uint8(o.out_dtype.bits), uint16(o.out_dtype.lanes)}}, nil
 }
 
 func (p *PlanOptions) c() (C.dsv4_plan_options, error) {
@@ -292,6 +294,7 @@ func (p *PlanOptions) c() (C.dsv4_plan_options, error) {
 	o.max_swa_blocks_per_request = C.int32_t(p.MaxSWABlocksPerRequest)
 	o.max_cmp_blocks_per_request = C.int32_t(p.MaxCmpBlocksPerRequest)
 	o.compressed_block_tokens = C.int32_t(p.CompressedBlockTokens)
+	o.out_dtype.code, o.out_dtype.bits, o.out_dtype.lanes = C.uint8_t(p.OutDType.Code), C.uint8_t(p.OutDType.Bits), C.uint16_t(p.OutDType.Lanes)
 	return o, nil
 }
 

@@ -1,5 +1,7 @@
 // Where a test's tensors live. Conformance tests are written once against this interface and run
-// on any backend: DSV4_TEST_DEVICE=cpu (default) or cuda (needs the CUDA build and a GPU).
+// on any backend: DSV4_TEST_DEVICE=cpu (default), cuda (needs the CUDA build and a GPU), opencl
+// (the OpenCL module on an OpenCL 2.0+ device with SVM: PoCL on a CPU in CI) or level-zero (an
+// Intel GPU through Level Zero).
 #pragma once
 
 #include <cstddef>
@@ -14,7 +16,7 @@ class TestDevice {
  public:
   virtual ~TestDevice() = default;
   virtual dsv4_device device() const = 0;   // what tensors say
-  virtual const char* backend() const = 0;  // module to request ("cpu", "cuda")
+  virtual const char* backend() const = 0;  // module to request ("cpu", "cuda", ...)
   virtual void* alloc(size_t bytes) = 0;    // never nullptr for bytes > 0 (throws)
   virtual void free(void* p) = 0;
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
@@ -28,8 +30,17 @@ class TestDevice {
 // device is not usable here (tests then GTEST_SKIP with that reason).
 std::unique_ptr<TestDevice> make_test_device(std::string* why);
 
-// The CUDA test device (tests/common/test_device_cuda.cpp, built only with DSV4_TEST_HAVE_CUDA).
-// Returns nullptr with `why` set when no usable GPU is present.
-std::unique_ptr<TestDevice> make_cuda_test_device(std::string* why);
+// The CUDA test device (tests/common/test_device_cuda.cpp, built only with DSV4_TEST_HAVE_CUDA) on
+// GPU `device` (-1: DSV4_TEST_CUDA_DEVICE, else 0). Returns nullptr with `why` set when that GPU
+// is not usable here.
+std::unique_ptr<TestDevice> make_cuda_test_device(std::string* why, int device = -1);
+
+// The OpenCL test device (tests/common/test_device_opencl.cpp, built only with
+// DSV4_TEST_HAVE_OPENCL): SVM allocations and an in-order queue on one OpenCL device.
+std::unique_ptr<TestDevice> make_opencl_test_device(std::string* why);
+
+// The Level Zero test device (tests/common/test_device_level_zero.cpp, built only with
+// DSV4_TEST_HAVE_LEVEL_ZERO): USM device memory and one command list on one GPU.
+std::unique_ptr<TestDevice> make_level_zero_test_device(std::string* why);
 
 }  // namespace dsv4test

@@ -180,6 +180,7 @@ abi_structs! {
         pub max_swa_blocks_per_request: i32,
         pub max_cmp_blocks_per_request: i32,
         pub compressed_block_tokens: i32,
+        pub out_dtype: dsv4_dtype,
     }
     pub struct dsv4_plan_info {
         pub struct_size: u32,
