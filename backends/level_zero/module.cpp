@@ -443,7 +443,8 @@ dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch,
       return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: NULL argument");
     const dsv4_status checked = clk::check_export(fail, *exp);
     if (checked != DSV4_STATUS_OK) return checked;
-    if (batch->num_tokens <= 0) return DSV4_STATUS_OK;
+    // A CSR step without tokens still writes indptr[0] = 0 (clk::plan_export).
+    if (clk::export_launches_nothing(*batch, *exp)) return DSV4_STATUS_OK;
     const plan* p = static_cast<const plan*>(mplan);
     auto list = static_cast<ze_command_list_handle_t>(exp->stream);
     instance* inst = nullptr;

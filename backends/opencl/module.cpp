@@ -501,7 +501,8 @@ dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch,
     const dsv4_status checked = clk::check_export(fail, *exp);
     if (checked != DSV4_STATUS_OK) return checked;
     const plan* p = static_cast<const plan*>(mplan);
-    if (batch->num_tokens <= 0) return DSV4_STATUS_OK;
+    // A CSR step without tokens still writes indptr[0] = 0 (clk::plan_export).
+    if (clk::export_launches_nothing(*batch, *exp)) return DSV4_STATUS_OK;
     cl_command_queue queue = static_cast<cl_command_queue>(exp->stream);
     instance* inst = nullptr;
     const dsv4_status st = instance_for(p->ctx, queue, "export_indices", &inst);

@@ -282,21 +282,32 @@ inline dsv4_cl_export_list export_list_of(const dsv4_mod_export_list& l) {
   return r;
 }
 
+// Whether an export_indices call has nothing to write: no tokens, except for CSR, whose indptr
+// arrays still get their one 0.
+inline bool export_launches_nothing(const dsv4_mod_run& batch, const dsv4_mod_export& exp) {
+  return batch.num_tokens < 0 || (batch.num_tokens == 0 && exp.format != DSV4_EXPORT_CSR);
+}
+
 // The launches of one export_indices call (dense formats: one; CSR: lengths, one scan per list,
 // rows). The format has been checked by the caller.
 inline void plan_export(const dsv4_mod_plan& plan, const dsv4_mod_run& batch,
                         const dsv4_mod_export& exp, launch_list* out) {
   out->count = 0;
-  if (batch.num_tokens <= 0) return;
+  // A CSR step without tokens still has indptr = {0}: only the scans run.
+  if (export_launches_nothing(batch, exp)) return;
+  const bool csr = exp.format == DSV4_EXPORT_CSR;
   const dsv4_cl_paged_params g = paged_params_of(plan, batch);
   dsv4_cl_export_params e{};
   e.swa = export_list_of(exp.swa);
   e.cmp = export_list_of(exp.cmp);
   e.combined = export_list_of(exp.combined);
   e.format = static_cast<dsv4_cl_i32>(exp.format);
-  const bool want_cmp = exp.cmp.indices != nullptr && plan.cmp_width > 0;
-  void* ph = exp.format == DSV4_EXPORT_FLASHINFER ? exp.combined.indices : exp.swa.indices;
-  if (exp.format != DSV4_EXPORT_CSR) {
+  const bool want_cmp = dsv4_mod_export_wanted(&exp.cmp) && plan.cmp_width > 0;
+  // Empty flat indices carry no address (spec 12.3); a CSR export always has its indptr.
+  void* ph = exp.format == DSV4_EXPORT_FLASHINFER ? exp.combined.indices
+             : csr                                ? static_cast<void*>(exp.swa.indptr)
+                                                  : exp.swa.indices;
+  if (!csr) {
     launch& l = out->add(kExportDense, ph);
     l.groups[0] = groups_for(batch.num_tokens);
     l.group_size[0] = kFlatGroup;
@@ -311,15 +322,17 @@ inline void plan_export(const dsv4_mod_plan& plan, const dsv4_mod_run& batch,
     l.add_value(e);
     return;
   }
-  launch& len = out->add(kExportCsrLengths, ph);
-  len.groups[0] = groups_for(batch.num_tokens);
-  len.group_size[0] = kFlatGroup;
-  add_batch(len, batch.paged);
-  len.add_pointer(exp.swa.indptr, "swa_indptr");
-  len.add_pointer(want_cmp ? exp.cmp.indptr : nullptr, "cmp_indptr");
-  len.add_pointer(exp.swa.indptr, "swa_indptr");  // scratch: never written (limit 0)
-  len.add_value(g);
-  len.add_value(e);
+  if (batch.num_tokens > 0) {
+    launch& len = out->add(kExportCsrLengths, ph);
+    len.groups[0] = groups_for(batch.num_tokens);
+    len.group_size[0] = kFlatGroup;
+    add_batch(len, batch.paged);
+    len.add_pointer(exp.swa.indptr, "swa_indptr");
+    len.add_pointer(want_cmp ? exp.cmp.indptr : nullptr, "cmp_indptr");
+    len.add_pointer(exp.swa.indptr, "swa_indptr");  // scratch: never written (limit 0)
+    len.add_value(g);
+    len.add_value(e);
+  }
   // Inclusive scans of the indptr arrays (one work-group each), then the rows.
   for (int i = 0; i < (want_cmp ? 2 : 1); ++i) {
     const dsv4_mod_export_list& l = i == 0 ? exp.swa : exp.cmp;
@@ -330,6 +343,7 @@ inline void plan_export(const dsv4_mod_plan& plan, const dsv4_mod_run& batch,
     scan.add_value(static_cast<int64_t>(l.indptr_stride));
     scan.add_value(static_cast<int64_t>(batch.num_tokens));
   }
+  if (batch.num_tokens == 0) return;
   launch& rows = out->add(kExportCsrRows, ph);
   rows.groups[0] = groups_for(batch.num_tokens);
   rows.group_size[0] = kFlatGroup;
