@@ -23,6 +23,10 @@ constexpr dsv4_dtype kU8{DSV4_DTYPE_CODE_UINT, 8, 1};
 constexpr dsv4_dtype kE4m3{DSV4_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
 constexpr dsv4_dtype kF16{DSV4_DTYPE_CODE_FLOAT, 16, 1};
 
+bool same_dtype(const dsv4_dtype& a, const dsv4_dtype& b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+
 struct PlanDeleter {
   void operator()(dsv4_plan* p) const { dsv4_plan_destroy(p); }
 };
@@ -111,6 +115,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   o.flags = in.PickValueInArray<uint32_t>({DSV4_PLAN_FLAG_NONE, DSV4_PLAN_FLAG_NONE,
                                            DSV4_PLAN_FLAG_BATCH_INVARIANT,
                                            DSV4_PLAN_FLAG_REFERENCE_KERNEL});
+  // fp32 out: the partial results dsv4_merge takes; bf16 otherwise.
+  if (in.ConsumeIntegralInRange<int>(0, 3) == 0) o.out_dtype = kF32;
   o.num_heads = in.ConsumeIntegralInRange<int32_t>(1, 8);
   o.head_dim_qk = static_cast<int32_t>(dsv4test::ref_layout_head_dim_qk(layout));
   o.swa_cache = fuzz_desc(in, layout);
@@ -141,7 +147,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   const int64_t H = o.num_heads, D = o.head_dim_qk;
   Case c;
   TensorSpec q = q4 ? compact(o.q_dtype, {B, S, H, D}) : compact(o.q_dtype, {T, H, D});
-  TensorSpec out = q4 ? compact(kBf16, {B, S, H, 512}) : compact(kBf16, {T, H, 512});
+  // Mostly the plan's out dtype; sometimes the other one, which must be refused.
+  const dsv4_dtype out_type = in.ConsumeIntegralInRange<int>(0, 7) != 0
+                                  ? o.out_dtype
+                                  : (o.out_dtype.code == kF32.code ? kBf16 : kF32);
+  TensorSpec out = q4 ? compact(out_type, {B, S, H, 512}) : compact(out_type, {T, H, 512});
   const int stat_form = in.ConsumeIntegralInRange<int>(0, 2);  // [T,H], [B,S,H], [B,H,S]
   TensorSpec lse = stat_form == 0   ? compact(kF32, {T, H})
                    : stat_form == 1 ? compact(kF32, {B, S, H})
@@ -250,6 +260,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   const dsv4_status st = dsv4_run(plan.get(), &a);
   const std::string why = last_error(st);
   FUZZ_CHECK(!(malformed && st == DSV4_STATUS_OK), "a malformed tensor was accepted");
+  FUZZ_CHECK(!(st == DSV4_STATUS_OK && !same_dtype(tout->spec().dtype, o.out_dtype)),
+             "out of another dtype than the plan's out_dtype was accepted");
   if (st != DSV4_STATUS_OK)
     FUZZ_CHECK(std::string(dsv4_last_error_message()).rfind("dsv4_run: ", 0) == 0, why);
   for (size_t i = 0; i < c.all.size(); ++i) {
