@@ -207,6 +207,15 @@ inline void decode_entry_f32(const dsv4_mod_cache& c, const uint8_t* block, int6
 constexpr int kPrefetchRows = 8;
 
 // Prefetches the cache lines of one candidate row (its data and, in the 584 B layout, its scales).
+// _mm_prefetch's hint must be a constant expression (clang refuses a conditional one).
+inline void prefetch_line(const void* line, int hint) {
+  if (hint == 0) {
+    _mm_prefetch(static_cast<const char*>(line), _MM_HINT_T0);
+  } else {
+    _mm_prefetch(static_cast<const char*>(line), _MM_HINT_T1);
+  }
+}
+
 inline void prefetch_row(const dsv4_mod_run& run, int32_t slot, uint8_t list, int hint) {
   const dsv4_mod_cache& c = list == 0 ? run.swa_cache : run.extra_cache;
   int64_t e;
@@ -214,17 +223,9 @@ inline void prefetch_row(const dsv4_mod_run& run, int32_t slot, uint8_t list, in
   const uint8_t* p = block + entry_data_offset(c.layout, e);
   const int bytes =
       c.layout == DSV4_KV_LAYOUT_FP8_V4_584B ? kV4DataBytes : layout_bytes_per_token(c.layout);
-  for (int b = 0; b < bytes + 63; b += 64) {
-    const char* line = reinterpret_cast<const char*>(p + (b < bytes ? b : bytes - 1));
-    if (hint == 0) {
-      _mm_prefetch(line, _MM_HINT_T0);
-    } else {
-      _mm_prefetch(line, _MM_HINT_T1);
-    }
-  }
+  for (int b = 0; b < bytes + 63; b += 64) prefetch_line(p + (b < bytes ? b : bytes - 1), hint);
   if (c.layout == DSV4_KV_LAYOUT_FP8_V4_584B)
-    _mm_prefetch(reinterpret_cast<const char*>(block + v4_scale_offset(c.block_size, e)),
-                 hint == 0 ? _MM_HINT_T0 : _MM_HINT_T1);
+    prefetch_line(block + v4_scale_offset(c.block_size, e), hint);
 }
 
 // ---------------------------------------------------------------------------------------------
