@@ -108,7 +108,9 @@ fast_attention::fast_attention(const dsv4_mod_plan& plan, candidate_limits limit
   partial_floats_ = static_cast<size_t>(3 * num_workers_) * rows_cap * (kHeadDim + 2);
   partials_.reset(new float[partial_floats_]);
   pending_.reset(new std::atomic<int32_t>[static_cast<size_t>(max_pairs_)]);
-  group_first_.resize(static_cast<size_t>(std::max(1, plan.max_tokens)) + 1);
+  // Token groups: room for up to 1024 tokens now, more in run() when a step needs it, so that a
+  // large max_tokens costs nothing until it is used.
+  group_first_.resize(static_cast<size_t>(std::min(std::max(1, plan.max_tokens), 1024)) + 1);
 }
 
 dsv4_status fast_attention::run(thread_pool& pool, const dsv4_mod_run& run) const {
@@ -119,9 +121,11 @@ dsv4_status fast_attention::run(thread_pool& pool, const dsv4_mod_run& run) cons
                 num_workers_);
   const int64_t T = run.num_tokens;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (T > std::max(1, plan_.max_tokens))
+    return fail(DSV4_STATUS_PLAN_MISMATCH, "%lld tokens, the plan has room for %d",
+                static_cast<long long>(T), std::max(1, plan_.max_tokens));
   if (static_cast<size_t>(T) + 1 > group_first_.size())
-    return fail(DSV4_STATUS_PLAN_MISMATCH, "%lld tokens, the plan has room for %zu",
-                static_cast<long long>(T), group_first_.size() - 1);
+    group_first_.resize(static_cast<size_t>(T) + 1);  // bad_alloc: OUT_OF_MEMORY, nothing written
 
   // Token groups: consecutive tokens with identical lists (MTP tokens of one request). Paged
   // tokens each have their own window.
