@@ -11,6 +11,9 @@
 // FMAs. One split writes out / lse / max_logits (sink applied); several leave normalised partials
 // that merge.hip combines with the shared merge rule. Wave-size agnostic: lanes cooperate only in
 // aligned groups of at most 16 (the reduce-scatter and the softmax rows).
+// clang-format off
+#include "platform.h"  // first: HIP declares device memcpy before the shared headers use it
+// clang-format on
 #include <math.h>
 
 #include "attention_common.h"
@@ -238,6 +241,7 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
   }
   __syncthreads();  // final m / l visible
 
+#pragma unroll
   for (int a = 0; a < RH; ++a) {
     const int r = pv_head0 + a;
     finish_row(p, item, head0 + r, m_s[r], l_s[r], pv_dim0, o[a], tid % 64 == 0);

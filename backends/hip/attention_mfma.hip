@@ -1,4 +1,7 @@
 // Placeholder until the CDNA matrix-core kernel lands.
+// clang-format off
+#include "platform.h"  // first: HIP declares device memcpy before the shared headers use it
+// clang-format on
 #include "attention_common.h"
 
 namespace dsv4 {

@@ -2,6 +2,9 @@
 // backends/common/softmax.h: dsv4_merge, and the combine of an attention run split over its keys.
 // One block of 128 threads per (token, head); each thread owns 4 dims and adds the parts in index
 // order, so a row's result does not depend on anything else in the run.
+// clang-format off
+#include "platform.h"  // first: HIP declares device memcpy before the shared headers use it
+// clang-format on
 #include <math.h>
 
 #include "common/codec.h"

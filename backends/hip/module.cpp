@@ -99,7 +99,7 @@ class device_scope {
   ~device_scope() {
     int now = -1;
     if (hipGetDevice(&now) == hipSuccess && now != previous_ && previous_ >= 0)
-      hipSetDevice(previous_);
+      (void)hipSetDevice(previous_);  // a destructor has no one to tell
   }
   device_scope(const device_scope&) = delete;
   device_scope& operator=(const device_scope&) = delete;
@@ -142,11 +142,23 @@ dsv4_status size_plan(plan* p) {
     if (std::strcmp(k, "simt") == 0) p->knobs.force_family = 0;
     if (std::strcmp(k, "mfma") == 0) p->knobs.force_family = 1;
   }
-  p->tl = choose_tiling(o, p->ctx->caps, p->knobs);
-  if (p->tl.heads_per_cta == 0) return fail(DSV4_STATUS_UNSUPPORTED, "plan: %s", p->tl.why);
-  const hipError_t err =
-      attention_configure(p->tl.family, p->tl.heads_per_cta, o.head_dim_qk, &p->tl.blocks_per_cu);
-  if (err != hipSuccess) return hip_fail(err, "plan: attention kernel configuration");
+  // Each candidate's kernel is configured for its shared memory before the occupancy query.
+  struct occupancy_query {
+    int head_dim_qk;
+    hipError_t err;
+  } q{o.head_dim_qk, hipSuccess};
+  auto occupancy = [](void* user, kernel_family f, int hg) {
+    occupancy_query* oq = static_cast<occupancy_query*>(user);
+    int blocks = 0;
+    const hipError_t e = attention_configure(f, hg, oq->head_dim_qk, &blocks);
+    if (e != hipSuccess) oq->err = e;
+    return e == hipSuccess ? blocks : 0;
+  };
+  p->tl = choose_tiling(o, p->ctx->caps, p->knobs, occupancy, &q);
+  if (p->tl.heads_per_cta == 0) {
+    if (q.err != hipSuccess) return hip_fail(q.err, "plan: attention kernel configuration");
+    return fail(DSV4_STATUS_UNSUPPORTED, "plan: %s", p->tl.why);
+  }
   const bool invariant = (o.flags & DSV4_PLAN_FLAG_BATCH_INVARIANT) != 0;
   p->partial_rows =
       max_partial_rows(p->tl, p->ctx->caps, o.max_tokens, invariant, p->knobs.max_splits);

@@ -1,6 +1,9 @@
 // Paged-mode list building, index export and the KV writer: thin kernels around the shared
 // host/device code of backends/common (paged_index.h builders, layout.h quantiser), so the results
 // are the CPU backend's bit for bit.
+// clang-format off
+#include "platform.h"  // first: HIP declares device memcpy before the shared headers use it
+// clang-format on
 #include "common/codec.h"
 #include "common/layout.h"
 #include "common/paged_index.h"

@@ -25,6 +25,14 @@ bool fits(const dsv4_mod_plan& plan, const device_caps& caps, kernel_family f, i
          static_cast<size_t>(caps.max_shared_per_block);
 }
 
+// How well `blocks` resident blocks of `threads` threads keep a compute unit busy: the kernels
+// stop at four barriers per chunk and wait on row loads there; a few hundred resident lanes per
+// compute unit hide that (an estimate, not a measurement: DSV4_HIP_HEADS_PER_CTA overrides).
+double occupancy_efficiency(int blocks, int threads) {
+  const double lanes = static_cast<double>(std::max(1, blocks)) * threads;
+  return std::min(1.0, 0.7 + lanes / 1280.0);
+}
+
 }  // namespace
 
 bool mfma_serves(const dsv4_mod_plan& plan) {
@@ -33,47 +41,61 @@ bool mfma_serves(const dsv4_mod_plan& plan) {
   return true;
 }
 
-tiling choose_tiling(const dsv4_mod_plan& plan, const device_caps& caps, const plan_knobs& knobs) {
-  tiling best;
-  best.family = kernel_family::simt;
+tiling choose_tiling(const dsv4_mod_plan& plan, const device_caps& caps, const plan_knobs& knobs,
+                     occupancy_fn occupancy, void* user) {
   // The matrix-core kernel where the device has it, the plan's rows are bf16-exact and the plan
   // does not ask for the reference kernel (the SIMT kernel's fp32 products are the second
-  // opinion).
-  bool mfma = caps.mfma && caps.wave_size == 64 && mfma_serves(plan) &&
-              (plan.flags & DSV4_PLAN_FLAG_REFERENCE_KERNEL) == 0;
-  if (knobs.force_family == 0) mfma = false;
-  if (knobs.force_family == 1 && !(caps.mfma && caps.wave_size == 64 && mfma_serves(plan))) {
-    best.why = "DSV4_HIP_KERNEL=mfma, but this device or plan has no matrix-core kernel";
+  // opinion); the SIMT kernel otherwise, or when no MFMA head group fits.
+  const bool mfma_ok = caps.mfma && caps.wave_size == 64 && mfma_serves(plan);
+  tiling none;
+  none.family = kernel_family::simt;
+  if (knobs.force_family == 1 && !mfma_ok) {
+    none.why = "DSV4_HIP_KERNEL=mfma, but this device or plan has no matrix-core kernel";
+    return none;
+  }
+  const bool reference = (plan.flags & DSV4_PLAN_FLAG_REFERENCE_KERNEL) != 0;
+  kernel_family order[2] = {kernel_family::simt, kernel_family::simt};
+  int families = 1;
+  if (knobs.force_family == 1) {
+    order[0] = kernel_family::mfma;
+  } else if (mfma_ok && !reference && knobs.force_family != 0) {
+    order[0] = kernel_family::mfma;
+    families = 2;
+  }
+  for (int fi = 0; fi < families; ++fi) {
+    const kernel_family family = order[fi];
+    tiling best;
+    best.family = family;
+    double best_cost = 0.0;
+    auto consider = [&](int hg) {
+      if (knobs.heads_per_cta != 0 && hg != knobs.heads_per_cta) return;
+      if (!fits(plan, caps, family, hg)) return;
+      const int blocks = occupancy(user, family, hg);
+      if (blocks <= 0) return;
+      const int groups = (plan.num_heads + hg - 1) / hg;
+      const double cost = groups * group_cost(hg, plan, family) /
+                          occupancy_efficiency(blocks, attention_threads(family, hg));
+      if (best.heads_per_cta != 0 && cost >= best_cost) return;
+      best_cost = cost;
+      best.heads_per_cta = hg;
+      best.head_groups = groups;
+      best.blocks_per_cu = blocks;
+    };
+    if (family == kernel_family::mfma) {
+      for (int hg : kMfmaHeadGroups) consider(hg);
+    } else {
+      for (int hg : kSimtHeadGroups) consider(hg);
+    }
+    if (best.heads_per_cta == 0) continue;
+    best.threads = attention_threads(family, best.heads_per_cta);
+    best.smem_bytes = make_smem_map(best.heads_per_cta, plan.head_dim_qk, family).total;
+    for (int i = 0; i < 2; ++i) best.chunks[i] = (plan.list_width[i] + kChunkKeys - 1) / kChunkKeys;
     return best;
   }
-  const kernel_family family = mfma ? kernel_family::mfma : kernel_family::simt;
-  double best_cost = 0.0;
-  auto consider = [&](int hg) {
-    if (knobs.heads_per_cta != 0 && hg != knobs.heads_per_cta) return;
-    if (!fits(plan, caps, family, hg)) return;
-    const int groups = (plan.num_heads + hg - 1) / hg;
-    const double cost = groups * group_cost(hg, plan, family);
-    if (best.heads_per_cta != 0 && cost >= best_cost) return;
-    best_cost = cost;
-    best.heads_per_cta = hg;
-    best.head_groups = groups;
-  };
-  if (family == kernel_family::mfma) {
-    for (int hg : kMfmaHeadGroups) consider(hg);
-  } else {
-    for (int hg : kSimtHeadGroups) consider(hg);
-  }
-  best.family = family;
-  if (best.heads_per_cta == 0) {
-    best.why = knobs.heads_per_cta != 0
-                   ? "DSV4_HIP_HEADS_PER_CTA names no head group of this kernel that fits"
-                   : "the device's shared memory per block is too small";
-    return best;
-  }
-  best.threads = attention_threads(family, best.heads_per_cta);
-  best.smem_bytes = make_smem_map(best.heads_per_cta, plan.head_dim_qk, family).total;
-  for (int i = 0; i < 2; ++i) best.chunks[i] = (plan.list_width[i] + kChunkKeys - 1) / kChunkKeys;
-  return best;
+  none.why = knobs.heads_per_cta != 0
+                 ? "DSV4_HIP_HEADS_PER_CTA names no head group of the kernel that fits this device"
+                 : "no head group fits the device's shared memory per block";
+  return none;
 }
 
 // The cost of a split count: the waves of blocks times the chunks each runs plus its fixed start

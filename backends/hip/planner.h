@@ -48,8 +48,13 @@ struct split_choice {
 
 // The matrix-core kernel serves a plan whose rows are bf16-exact (every layout but fp16).
 bool mfma_serves(const dsv4_mod_plan& plan);
-// Chooses the family and head group for `plan` on `caps`.
-tiling choose_tiling(const dsv4_mod_plan& plan, const device_caps& caps, const plan_knobs& knobs);
+// Blocks of family f with hg heads per block that one compute unit holds (the runtime's occupancy
+// query after the kernel is configured for its shared memory); 0 when it cannot be configured.
+using occupancy_fn = int (*)(void* user, kernel_family f, int hg);
+// Chooses the family and head group for `plan` on `caps`: the fewest head-group passes over the
+// rows (each dequantises them once), weighed by how well the resident blocks hide latency.
+tiling choose_tiling(const dsv4_mod_plan& plan, const device_caps& caps, const plan_knobs& knobs,
+                     occupancy_fn occupancy, void* user);
 // Key splits of a run of `tokens` tokens: enough blocks to fill the device, each split merged by
 // merge.hip; one split for batch-invariant plans (a row's result then depends on its lists only).
 split_choice choose_splits(const tiling& t, const device_caps& caps, int64_t tokens,

@@ -248,7 +248,9 @@ inline hipError_t dsv4_hip_launch(void (*kernel)(P...), dim3 grid, dim3 block, s
   const int rc = ::dsv4::emu::launch(grid, block, smem, [&] { kernel(args...); });
   return rc == 0 ? hipSuccess : hipErrorLaunchFailure;
 #else
-  kernel<<<grid, block, smem, stream> > >(args...);
+  // clang-format off
+  kernel<<<grid, block, smem, stream>>>(args...);
+  // clang-format on
   return hipGetLastError();
 #endif
 }

@@ -89,16 +89,18 @@ bool resolve(void* lib, const char* name, F* out, std::string* missing) {
 }
 
 void open_once(const char* override_path) {
-  const char* candidates[] = {override_path, "libamdhip64.so", "libamdhip64.so.6",
-                              "libamdhip64.so.5", "/opt/rocm/lib/libamdhip64.so"};
+  const char* candidates[] = {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5",
+                              "/opt/rocm/lib/libamdhip64.so"};
+  const bool forced = override_path != nullptr && override_path[0] != '\0';
   void* lib = nullptr;
   std::string tried;
   for (const char* name : candidates) {
-    if (name == nullptr || name[0] == '\0') continue;
+    if (forced) name = override_path;  // the one library asked for, nothing else
     lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (lib != nullptr) break;
     const char* why = dlerror();
     if (tried.empty()) tried = why != nullptr ? why : name;
+    if (forced) break;
   }
   if (lib == nullptr) {
     g_reason = "no HIP runtime (libamdhip64): " + tried;
