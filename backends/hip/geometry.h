@@ -47,8 +47,8 @@ struct smem_map {
 };
 
 // SIMT: Q and the chunk's rows as fp32 [rows][DQK + kRowPad], S [HG][KC], P [KC][HG].
-// MFMA: Q and the rows as bf16 [rows][DQK + 8] and the rows' V part transposed [512][KC + 8],
-// P [HG][KC + 8] bf16, S [HG][KC] fp32.
+// MFMA (Q lives in registers): the rows as bf16 [KC][DQK + 8] and their V part transposed
+// [512][KC + 8], the wavefronts' partial S [4 x 16][KC] fp32, P [HG][KC + 8] bf16.
 DSV4_HD constexpr smem_map make_smem_map(int hg, int dqk, kernel_family f) {
   const size_t heads = static_cast<size_t>(hg);
   const size_t kc = kChunkKeys;
@@ -64,10 +64,10 @@ DSV4_HD constexpr smem_map make_smem_map(int hg, int dqk, kernel_family f) {
   } else {
     const size_t row = static_cast<size_t>(dqk + 8) * 2;
     m.q = 0;
-    m.k = m.q + align16(heads * row);
+    m.k = 0;
     m.kt = m.k + align16(kc * row);
     m.s = m.kt + align16(static_cast<size_t>(kHeadDim) * (kc + 8) * 2);
-    m.p = m.s + align16(heads * kc * sizeof(float));
+    m.p = m.s + align16(static_cast<size_t>(kMfmaThreads / 64 * 16) * kc * sizeof(float));
     m.m = m.p + align16(heads * (kc + 8) * 2);
   }
   m.l = m.m + align16(heads * sizeof(float));

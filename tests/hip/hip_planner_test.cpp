@@ -113,10 +113,11 @@ TEST(HipPlanner, MatrixCoresServeBf16ExactRowsUnlessTheReferenceKernelIsAsked) {
   EXPECT_EQ(choose(make_plan(64, DSV4_KV_LAYOUT_BF16, 128, 0), cdna).family, kernel_family::mfma);
   // fp16 values are not bf16-exact: the SIMT kernel's fp32 products.
   EXPECT_EQ(choose(make_plan(64, DSV4_KV_LAYOUT_FP16, 128, 0), cdna).family, kernel_family::simt);
-  EXPECT_EQ(choose(make_plan(64, DSV4_KV_LAYOUT_BF16, 128, 0, 1024, DSV4_PLAN_FLAG_REFERENCE_KERNEL),
-                   cdna)
-                .family,
-            kernel_family::simt);
+  EXPECT_EQ(
+      choose(make_plan(64, DSV4_KV_LAYOUT_BF16, 128, 0, 1024, DSV4_PLAN_FLAG_REFERENCE_KERNEL),
+             cdna)
+          .family,
+      kernel_family::simt);
   // No matrix cores on RDNA or NVIDIA; forcing them there is refused with a reason.
   EXPECT_EQ(choose(make_plan(64, DSV4_KV_LAYOUT_BF16, 128, 0), amd_rdna()).family,
             kernel_family::simt);
