@@ -48,7 +48,15 @@ std::unique_ptr<TestDevice> make_test_device(std::string* why) {
     return nullptr;
 #endif
   }
-  if (why != nullptr) *why = "unknown DSV4_TEST_DEVICE '" + name + "' (expected cpu or cuda)";
+  if (name == "hip") {
+#ifdef DSV4_TEST_HAVE_HIP
+    return make_hip_test_device(why);
+#else
+    if (why != nullptr) *why = "DSV4_TEST_DEVICE=hip but the tests were built without HIP support";
+    return nullptr;
+#endif
+  }
+  if (why != nullptr) *why = "unknown DSV4_TEST_DEVICE '" + name + "' (expected cpu, cuda or hip)";
   return nullptr;
 }
 

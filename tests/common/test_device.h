@@ -1,5 +1,6 @@
 // Where a test's tensors live. Conformance tests are written once against this interface and run
-// on any backend: DSV4_TEST_DEVICE=cpu (default) or cuda (needs the CUDA build and a GPU).
+// on any backend: DSV4_TEST_DEVICE=cpu (default), cuda (needs the CUDA toolkit and a GPU) or hip
+// (needs the HIP build and an AMD GPU).
 #pragma once
 
 #include <cstddef>
@@ -22,6 +23,12 @@ class TestDevice {
   virtual void fill(void* dst, unsigned char byte, size_t bytes) = 0;
   virtual void* stream() = 0;  // passed to dsv4_run (nullptr on CPU)
   virtual void synchronize() = 0;
+  // Graphs (CUDA graphs, hipGraph): begin_capture() starts recording the stream's work,
+  // end_capture() stops and instantiates it, replay() launches the instantiated graph on the
+  // stream. Each returns false where the device has none (CPU); failures throw.
+  virtual bool begin_capture() { return false; }
+  virtual bool end_capture() { return false; }
+  virtual bool replay() { return false; }
 };
 
 // The device selected by DSV4_TEST_DEVICE (default "cpu"). Returns nullptr with `why` set when the
@@ -31,5 +38,10 @@ std::unique_ptr<TestDevice> make_test_device(std::string* why);
 // The CUDA test device (tests/common/test_device_cuda.cpp, built only with DSV4_TEST_HAVE_CUDA).
 // Returns nullptr with `why` set when no usable GPU is present.
 std::unique_ptr<TestDevice> make_cuda_test_device(std::string* why);
+
+// The HIP test device (tests/common/test_device_hip.cpp, built only with DSV4_TEST_HAVE_HIP):
+// ROCm tensors (DSV4_DEVICE_ROCM) for the "hip" module. Returns nullptr with `why` set when there
+// is no HIP runtime or no AMD GPU.
+std::unique_ptr<TestDevice> make_hip_test_device(std::string* why);
 
 }  // namespace dsv4test
