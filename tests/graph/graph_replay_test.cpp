@@ -29,10 +29,10 @@ constexpr int kHeads = 16;
 constexpr int kWindow = 32;
 constexpr int kTopk = 24;
 constexpr int kSwaBlock = 16;
-constexpr int kCmpBlock = 8;    // compressed entries per block (32 tokens at ratio 4)
-constexpr int kMaxSeq = 300;    // context + query of any request
-constexpr int kSwaCols = 20;    // ceil(kMaxSeq / kSwaBlock) + spare
-constexpr int kCmpCols = 12;    // ceil(kMaxSeq / 4 / kCmpBlock) + spare
+constexpr int kCmpBlock = 8;  // compressed entries per block (32 tokens at ratio 4)
+constexpr int kMaxSeq = 300;  // context + query of any request
+constexpr int kSwaCols = 20;  // ceil(kMaxSeq / kSwaBlock) + spare
+constexpr int kCmpCols = 12;  // ceil(kMaxSeq / 4 / kCmpBlock) + spare
 constexpr int kDv = 512;
 
 // One step's inputs (host side).
@@ -70,8 +70,8 @@ StepInputs make_step(Rng& rng) {
   int used = 0;
   for (int r = 0; r < kRequests; ++r) {
     const int left = kTokens - used - (kRequests - 1 - r);
-    qlen[static_cast<size_t>(r)] =
-        r < 2 ? static_cast<int>(rng.randint(1, 2)) : static_cast<int>(rng.randint(1, std::max(1, left - 1)));
+    qlen[static_cast<size_t>(r)] = r < 2 ? static_cast<int>(rng.randint(1, 2))
+                                         : static_cast<int>(rng.randint(1, std::max(1, left - 1)));
     used += qlen[static_cast<size_t>(r)];
   }
   b.query_start_loc.assign(1, 0);
@@ -98,10 +98,10 @@ StepInputs make_step(Rng& rng) {
       const int t = first + i;
       const int64_t p = b.seq_lens[static_cast<size_t>(r)] - n + i;
       b.slot_mapping[static_cast<size_t>(t)] =
-          rng.uniform(0, 1) < 0.1 ? -1
-                                  : b.swa_block_table[static_cast<size_t>(r * kSwaCols + p / kSwaBlock)] *
-                                            kSwaBlock +
-                                        static_cast<int32_t>(p % kSwaBlock);
+          rng.uniform(0, 1) < 0.1
+              ? -1
+              : b.swa_block_table[static_cast<size_t>(r * kSwaCols + p / kSwaBlock)] * kSwaBlock +
+                    static_cast<int32_t>(p % kSwaBlock);
       // The indexer's choice: distinct visible entries, best first, -1 after.
       const int64_t visible = (p + 1) / 4;
       std::vector<int32_t> local(static_cast<size_t>(visible));
@@ -171,7 +171,8 @@ TEST_P(GraphReplay, NewInputsBetweenReplaysMatchTheReference) {
   DeviceBuffer lse(g_device, static_cast<size_t>(kTokens * kHeads * 4));
   DeviceBuffer sink(g_device, kHeads * 4);
   DeviceBuffer qsl(g_device, (kRequests + 1) * 4), seq(g_device, kRequests * 4);
-  DeviceBuffer swa_bt(g_device, kRequests * kSwaCols * 4), cmp_bt(g_device, kRequests * kCmpCols * 4);
+  DeviceBuffer swa_bt(g_device, kRequests * kSwaCols * 4),
+      cmp_bt(g_device, kRequests * kCmpCols * 4);
   DeviceBuffer slots(g_device, kTokens * 4), topk(g_device, kTokens * kTopk * 4);
   DeviceBuffer ws(g_device, ws_bytes);
   DeviceBuffer row_values(g_device, static_cast<size_t>(kSwaBlocks * kSwaBlock * kDv * 4));
