@@ -26,7 +26,64 @@
 
 #include "dsv4/dsv4.h"
 
-#if defined(DSV4_HIP_ON_NVIDIA)
+#if defined(DSV4_HIP_EMULATOR)
+// The CPU emulator (a smoke test of this file's logic in CI, on tiny runs): host memory, host
+// clocks, the kernels through emu/emu.h.
+#include <chrono>
+
+#include "platform.h"
+#define __launch_bounds__(n)
+namespace {
+struct emu_event {
+  std::chrono::steady_clock::time_point t;
+};
+}  // namespace
+typedef emu_event* hipEvent_t;
+enum hipMemcpyKind { hipMemcpyHostToDevice, hipMemcpyDeviceToDevice };
+inline hipError_t hipMalloc(void** p, size_t n) {
+  *p = std::malloc(n);
+  return *p != nullptr ? hipSuccess : hipErrorInvalidValue;
+}
+inline hipError_t hipFree(void* p) {
+  std::free(p);
+  return hipSuccess;
+}
+inline hipError_t hipMemcpy(void* d, const void* s, size_t n, hipMemcpyKind) {
+  std::memcpy(d, s, n);
+  return hipSuccess;
+}
+inline hipError_t hipMemcpyAsync(void* d, const void* s, size_t n, hipMemcpyKind k, void*) {
+  return hipMemcpy(d, s, n, k);
+}
+inline hipError_t hipMemsetAsync(void* d, int v, size_t n, void*) {
+  std::memset(d, v, n);
+  return hipSuccess;
+}
+inline hipError_t hipEventCreate(hipEvent_t* e) {
+  *e = new emu_event;
+  return hipSuccess;
+}
+inline hipError_t hipEventDestroy(hipEvent_t e) {
+  delete e;
+  return hipSuccess;
+}
+inline hipError_t hipEventRecord(hipEvent_t e, void*) {
+  e->t = std::chrono::steady_clock::now();
+  return hipSuccess;
+}
+inline hipError_t hipEventSynchronize(hipEvent_t) { return hipSuccess; }
+inline hipError_t hipEventElapsedTime(float* ms, hipEvent_t a, hipEvent_t b) {
+  *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
+  return hipSuccess;
+}
+inline hipError_t hipDeviceSynchronize() { return hipSuccess; }
+constexpr int hipDeviceAttributeMultiprocessorCount = 0;
+inline hipError_t hipDeviceGetAttribute(int* v, int, int) {
+  *v = dsv4::emu::props().compute_units;
+  return hipSuccess;
+}
+#define DSV4_BENCH_DEVICE DSV4_DEVICE_CPU
+#elif defined(DSV4_HIP_ON_NVIDIA)
 #include <cuda_runtime.h>
 typedef cudaError_t hipError_t;
 typedef cudaEvent_t hipEvent_t;
@@ -56,19 +113,19 @@ typedef cudaEvent_t hipEvent_t;
 
 namespace {
 
-#define HIP_OK(expr)                                                                         \
-  do {                                                                                       \
-    const hipError_t err_ = (expr);                                                          \
-    if (err_ != hipSuccess)                                                                  \
-      throw std::runtime_error(std::string(#expr) + ": " + hipGetErrorString(err_));         \
+#define HIP_OK(expr)                                                                 \
+  do {                                                                               \
+    const hipError_t err_ = (expr);                                                  \
+    if (err_ != hipSuccess)                                                          \
+      throw std::runtime_error(std::string(#expr) + ": " + hipGetErrorString(err_)); \
   } while (0)
 
-#define DSV4_OK(expr)                                                                        \
-  do {                                                                                       \
-    const dsv4_status st_ = (expr);                                                          \
-    if (st_ != DSV4_STATUS_OK)                                                               \
+#define DSV4_OK(expr)                                                                       \
+  do {                                                                                      \
+    const dsv4_status st_ = (expr);                                                         \
+    if (st_ != DSV4_STATUS_OK)                                                              \
       throw std::runtime_error(std::string(#expr) + ": " + dsv4_status_string(st_) + ": " + \
-                               dsv4_last_error_message());                                   \
+                               dsv4_last_error_message());                                  \
   } while (0)
 
 // Device memory owned by the benchmark.
@@ -121,6 +178,12 @@ float median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
+#if defined(DSV4_HIP_EMULATOR)
+constexpr bool kEmulated = true;
+#else
+constexpr bool kEmulated = false;
+#endif
+
 // The FP32 FMA ceiling: 8 independent chains per thread, enough blocks to fill every compute unit.
 constexpr int kFmaChains = 8;
 constexpr int kFmaThreads = 256;
@@ -138,8 +201,8 @@ __global__ void __launch_bounds__(kFmaThreads) fma_kernel(float* sink, int iters
 }
 
 struct ceilings {
-  double fma_per_s = 0;   // FP32 FMAs per second
-  double copy_bps = 0;    // device-to-device copy, bytes read + written per second
+  double fma_per_s = 0;  // FP32 FMAs per second
+  double copy_bps = 0;   // device-to-device copy, bytes read + written per second
   int compute_units = 0;
 };
 
@@ -147,21 +210,28 @@ ceilings measure_ceilings() {
   ceilings c;
   HIP_OK(hipDeviceGetAttribute(&c.compute_units, hipDeviceAttributeMultiprocessorCount, 0));
   {
-    const int blocks = 16 * c.compute_units, iters = 8192;
+    const int blocks = 16 * c.compute_units, iters = kEmulated ? 16 : 8192;
     dbuf sink(4);
     auto launch = [&] {
-      fma_kernel<<<blocks, kFmaThreads>>>(static_cast<float*>(sink.p), iters, 1e-3f);
+#if defined(DSV4_HIP_EMULATOR)
+      HIP_OK(dsv4_hip_launch(fma_kernel, dim3(blocks), dim3(kFmaThreads), 0, nullptr,
+                             static_cast<float*>(sink.p), iters, 1e-3f));
+#else
+      fma_kernel<<<blocks, kFmaThreads> > >(static_cast<float*>(sink.p), iters, 1e-3f);
       HIP_OK(hipGetLastError());
+#endif
     };
     launch();
     const float ms = median(time_ms(9, launch, [] {}));
     c.fma_per_s = static_cast<double>(blocks) * kFmaThreads * iters * kFmaChains / (ms * 1e-3);
   }
   {
-    const size_t bytes = size_t(1) << 30;
+    const size_t bytes = size_t(1) << (kEmulated ? 24 : 30);
     dbuf a(bytes), b(bytes);
     HIP_OK(hipMemsetAsync(a.p, 1, bytes, nullptr));
-    auto launch = [&] { HIP_OK(hipMemcpyAsync(b.p, a.p, bytes, hipMemcpyDeviceToDevice, nullptr)); };
+    auto launch = [&] {
+      HIP_OK(hipMemcpyAsync(b.p, a.p, bytes, hipMemcpyDeviceToDevice, nullptr));
+    };
     launch();
     const float ms = median(time_ms(9, launch, [] {}));
     c.copy_bps = 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
@@ -419,22 +489,25 @@ int main(int argc, char** argv) {
     ci.struct_size = sizeof ci;
     DSV4_OK(dsv4_ctx_get_info(g_ctx, &ci));
     g_ceil = measure_ceilings();
-    dbuf flush(size_t(512) << 20);
+    dbuf flush(size_t(512) << (kEmulated ? 10 : 20));
     g_flush = &flush;
     benchmark::AddCustomContext("dsv4_module", ci.path);
     benchmark::AddCustomContext("fp32_fma_tflops", std::to_string(2.0 * g_ceil.fma_per_s / 1e12));
     benchmark::AddCustomContext("copy_gbs", std::to_string(g_ceil.copy_bps / 1e9));
     benchmark::AddCustomContext("compute_units", std::to_string(g_ceil.compute_units));
     for (const bench_case& c : cases()) {
-      benchmark::RegisterBenchmark(c.name.c_str(),
-                                   [c](benchmark::State& s) { run_case(s, c); })
+      benchmark::RegisterBenchmark(c.name.c_str(), [c](benchmark::State& s) { run_case(s, c); })
           ->UseManualTime()
-          ->Iterations(25)
+          ->Iterations(kEmulated ? 2 : 25)
           ->Unit(benchmark::kMicrosecond);
     }
-    benchmark::RunSpecifiedBenchmarks();
+    const size_t ran = benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     dsv4_ctx_destroy(g_ctx);
+    if (ran == 0) {
+      std::fprintf(stderr, "dsv4_bench_hip: no case matches the filter\n");
+      return 1;
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dsv4_bench_hip: %s\n", e.what());
     return 1;
