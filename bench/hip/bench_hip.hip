@@ -217,7 +217,9 @@ ceilings measure_ceilings() {
       HIP_OK(dsv4_hip_launch(fma_kernel, dim3(blocks), dim3(kFmaThreads), 0, nullptr,
                              static_cast<float*>(sink.p), iters, 1e-3f));
 #else
-      fma_kernel<<<blocks, kFmaThreads> > >(static_cast<float*>(sink.p), iters, 1e-3f);
+      // clang-format off
+      fma_kernel<<<blocks, kFmaThreads>>>(static_cast<float*>(sink.p), iters, 1e-3f);
+      // clang-format on
       HIP_OK(hipGetLastError());
 #endif
     };
