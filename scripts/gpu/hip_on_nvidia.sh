@@ -87,7 +87,8 @@ rc=0
 for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
 # What did not run: value checks are a CPU-backend feature, thread counts a CPU-backend knob; any
 # other skip (a plan this module refused, a device problem) is a failure.
-grep -h "^\[  SKIPPED \]" "$OUT"/*.log | grep -v " ms)" | sort -u >"$OUT/skipped.txt"
+grep -h "^\[  SKIPPED \]" "$OUT"/*.log | grep -v -E " ms\)|tests?, listed below" | sort -u \
+  >"$OUT/skipped.txt"
 unexpected=$(grep -v -E "PagedBadInput\.|Determinism\.CpuThreadCountDoesNotChangeBits" \
   "$OUT/skipped.txt" || true)
 if [ -n "$unexpected" ]; then
