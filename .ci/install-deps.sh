@@ -5,7 +5,9 @@ set -euo pipefail
 # hipcc + libamdhip64-dev: the HIP module's compiler and headers (clang-15, rocm-device-libs; 26
 # packages, 66 MB download, 345 MB installed). The module opens libamdhip64 at run time.
 pkgs=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-      python3 abigail-tools libdlpack-dev cmake-format clang-format hipcc libamdhip64-dev)
+      python3 abigail-tools libdlpack-dev cmake-format clang-format rustc cargo golang-go
+      python3-numpy python3-torch python3-pytest python3-venv python3-pip python3-setuptools
+      nlohmann-json3-dev hipcc libamdhip64-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

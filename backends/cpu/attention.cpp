@@ -243,12 +243,18 @@ void attention_kernel::attend(const dsv4_mod_run& run, const value_scales& v, in
   const int64_t n = gather(run, v, t, s);
   float* lse_out = static_cast<float*>(run.lse.data);
   float* max_out = static_cast<float*>(run.max_logits.data);
-  uint16_t* out = static_cast<uint16_t*>(run.out.data);
   constexpr float kInf = std::numeric_limits<float>::infinity();
+  // out row of head h: kHeadDim values of the plan's out_dtype (bf16, or fp32 partials).
+  const bool out_f32 = plan_.out_dtype.code == DSV4_DTYPE_CODE_FLOAT;
+  const size_t out_elem = out_f32 ? sizeof(float) : sizeof(uint16_t);
+  const auto out_row = [&](int64_t h) {
+    return static_cast<uint8_t*>(run.out.data) +
+           token_offset(run.out, t, seq_q, h) * static_cast<int64_t>(out_elem);
+  };
 
   if (n == 0) {  // lonely query: out 0, lse +inf, max_logits -inf (spec 2.3)
     for (int h = h_begin; h < h_end; ++h) {
-      std::memset(out + token_offset(run.out, t, seq_q, h), 0, sizeof(uint16_t) * kHeadDim);
+      std::memset(out_row(h), 0, out_elem * kHeadDim);
       if (lse_out != nullptr) lse_out[token_offset(run.lse, t, seq_q, h)] = kInf;
       if (max_out != nullptr) max_out[token_offset(run.max_logits, t, seq_q, h)] = -kInf;
     }
@@ -305,13 +311,19 @@ void attention_kernel::attend(const dsv4_mod_run& run, const value_scales& v, in
 #if DSV4_CPU_MUTATION != 1
       if (run.attn_sink != nullptr) f = sink_factor(run.attn_sink[head], lse[h]);
 #endif
-      uint16_t* o = out + token_offset(run.out, t, seq_q, head);
+      uint8_t* o = out_row(head);
       if (f == 0.0f) {
-        std::memset(o, 0, sizeof(uint16_t) * kHeadDim);
+        std::memset(o, 0, out_elem * kHeadDim);
       } else {
         const float c = v.out * inv_sum[h] * f;
         const float* a = s.acc + h * kHeadDim;
-        for (int d = 0; d < kHeadDim; ++d) o[d] = f32_to_bf16(a[d] * c);
+        if (out_f32) {
+          float* of = reinterpret_cast<float*>(o);
+          for (int d = 0; d < kHeadDim; ++d) of[d] = a[d] * c;
+        } else {
+          uint16_t* ob = reinterpret_cast<uint16_t*>(o);
+          for (int d = 0; d < kHeadDim; ++d) ob[d] = f32_to_bf16(a[d] * c);
+        }
       }
       if (lse_out != nullptr) lse_out[token_offset(run.lse, t, seq_q, head)] = lse[h];
       if (max_out != nullptr) max_out[token_offset(run.max_logits, t, seq_q, head)] = row_max[h];

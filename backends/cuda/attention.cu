@@ -696,10 +696,10 @@ __device__ __forceinline__ void combine_finish(const attention_params& p, int64_
 // Merges the partials of one (token, head) when there are at most kCombineFastSplits splits (every
 // small run): each thread loads every split's (max, sum) pair itself (the same addresses across the
 // CTA: one L2 round trip, served to all warps) next to its 4 dims of every split's partial O, so
-// the whole merge waits on a single round trip, with no shared memory and no barriers (H200,
-// against the general merge: CONFIG2 b=2 24.0 -> 22.4 us, CONFIG1 bf16 b=2 14.2 -> 13.6; landing
-// the same loads in shared memory by cp.async, 30 registers instead of ~100, was slower: CONFIG2
-// b=2 23.7).
+// the whole merge waits on a single round trip, with no shared memory and no barriers: against the
+// general merge, 2-7 % off every b=2 case on an H200. Landing the same loads in shared memory by
+// cp.async (30 registers instead of ~100, so more CTAs resident) was slower: the merge waits on its
+// own chain, not on how many CTAs wait at once (docs/tried.md, C5 and C9).
 __device__ __forceinline__ void combine_row_few(const attention_params& p, int64_t t, int h,
                                                 const float* ml, int64_t ml_step, const float* po,
                                                 int64_t o_step, int d) {

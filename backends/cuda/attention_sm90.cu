@@ -182,8 +182,8 @@ __device__ __forceinline__ void quad_transpose(uint32_t* v, int tig) {
 // published the item's final row max, sum and factors in fin_rows(k) before the barrier.
 // kStaged: O goes through this warpgroup's half of the Q tile (no longer read once both
 // warpgroups are past the barrier) so that every store writes whole rows; persistent CTAs, whose
-// next Q may be loading already, write straight from the accumulators (H200: 2-3 % slower for
-// single-item CTAs, e.g. CONFIG4 b=256 372 -> 383 us).
+// next Q may be loading already, write straight from the accumulators (single-item CTAs would
+// lose 2-3 % that way on an H200).
 template <bool kSplit, bool kStaged>
 __device__ __forceinline__ void epilogue(const attention_params& p, const cta_state& st, int k,
                                          int wg, int tid, int row0, int tig, const float* o) {
@@ -192,7 +192,7 @@ __device__ __forceinline__ void epilogue(const attention_params& p, const cta_st
   const float* l_fin = fin.l;
   const float* f_fin = fin.f;
   // Split partials of a single-item CTA: each warpgroup stores its own and WG0 has written the row
-  // stats from registers, so neither waits for the other (H200: CONFIG2 / CONFIG4 b=2 0.3 us).
+  // stats from registers, so neither waits for the other (0.3 us of a 128-head b=2 run, H200).
   constexpr bool kAlone = kSplit && kStaged;
   if constexpr (!kAlone)
     named_sync(3, 256);  // final m / l / factors visible; every wgmma is complete
@@ -362,8 +362,8 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
   // WG1, and this warpgroup's P·V issued and committed. The exps (MUFU, 16 lanes a cycle per SM)
   // set its pace, so what precedes the first one is kept short (flags in a register, unscaled
   // logits, maxima as trees), and the bf16 kernels, which have registers to spare, rescale O on the
-  // FMA pipe while the exps run (H200: bf16 CONFIG2 b=64 about 101 -> 96.5 us, prefill 64 heads 657
-  // -> 646, with the register budgets of kRegs).
+  // FMA pipe while the exps run (with the register budgets of kRegs: 4.5 % off bf16 decode and 2 %
+  // off prefill on an H200).
   auto softmax_pv = [&](int b, int li, int ig, uint32_t v_desc, uint32_t flags) {
     // Online softmax (base 2). s[4j + {0,1}]: row0, keys 8j + 2 tig + {0,1}; s[4j + {2,3}]: row0
     // + 8. The logits stay unscaled until the exponent: max(scl x) = scl max(x) for scl > 0.
@@ -613,15 +613,15 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
 
 // WG0 issues the next chunk's S right behind this chunk's P·V: FP8 split runs of single-item CTAs
 // (two or three chunks each). S, P and O are then live at once, so WG0 takes 16 registers from the
-// producer. H200, CONFIG2 / CONFIG4 b=2: 21.2-21.4 / 21.5-21.6 us as before, 20.9-21.0 / 21.2-21.4
-// with the split epilogue alone, 20.6-20.8 / 20.9-21.0 with both. Everywhere else it is slower
-// (bf16 decode 15-19 %, prefill 16-21 %, CONFIG2 b=64 15 %): WG1's P·V already covers WG0's gap
-// before S, and the early S likely queues ahead of that P·V and delays the buffer's release.
+// producer. There it takes 0.3 us more off a 128-head b=2 run than the split epilogue alone (H200).
+// Everywhere else it is slower (bf16 decode 15-19 %, prefill 16-21 %, CONFIG2 b=64 15 %;
+// docs/tried.md, W6): WG1's P·V already covers WG0's gap before S, and the early S likely queues
+// ahead of that P·V and delays the buffer's release.
 template <uint32_t L, bool kPersistent, bool kSplit>
 constexpr bool kOverlapS = kSplit && !kPersistent && L != DSV4_KV_LAYOUT_BF16;
 // Register budgets of WG0, WG1 and the producer (setmaxnreg).
-// The bf16 producer only issues cp.async: its registers go to WG0 (H200, with consumer0_item's
-// softmax: prefill 64 heads 738 -> 646 us against 192 / 160 / 152, where WG0 spilled).
+// The bf16 producer only issues cp.async: its registers go to WG0, whose softmax (consumer0_item)
+// spills at 192 / 160 / 152 (prefill then 12 % slower on an H200).
 template <uint32_t L, bool kPersistent, bool kSplit>
 constexpr int kRegs[3] = {L == DSV4_KV_LAYOUT_BF16            ? 240
                           : kOverlapS<L, kPersistent, kSplit> ? 208
@@ -632,8 +632,8 @@ constexpr int kRegs[3] = {L == DSV4_KV_LAYOUT_BF16            ? 240
                                                               : 152};
 
 // Consumer threads prefetch the rows of a split CTA's second chunk (FP8 caches; bf16 rows are
-// copied by cp.async, two chunks at once from the start). H200: CONFIG2 / CONFIG4 b=2 0.1-0.2 us
-// faster; prefetching the first chunk's rows as well gained nothing more.
+// copied by cp.async, two chunks at once from the start): 0.1-0.2 us off a 128-head b=2 run on an
+// H200; prefetching the first chunk's rows as well gains nothing more.
 template <uint32_t L, bool kPersistent, bool kSplit>
 constexpr bool kPrefetchRows = kSplit && !kPersistent && L != DSV4_KV_LAYOUT_BF16;
 
@@ -642,8 +642,8 @@ constexpr bool kPrefetchRows = kSplit && !kPersistent && L != DSV4_KV_LAYOUT_BF1
 // kPersistent: a grid smaller than the work items (tensor-map Q), each CTA looping over items.
 // kSplit: the run has key splits (p.num_splits > 1): the epilogue writes partials, else the output.
 // One form per epilogue, so that runs without splits carry no partial-store code: with both behind
-// a test of num_splits, bf16 CONFIG2 b=64 / b=128 ran 1.6 % slower on an H200 (101.9 / 196.8
-// against 100.7 / 193.6 us), and prefill 64 heads 1.2 % slower.
+// a test of num_splits, 128-head bf16 decode ran 1.6 % slower on an H200, and prefill 64 heads
+// 1.2 % slower.
 template <uint32_t L, int CLUSTER, bool kPersistent, bool kSplit>
 // q_map (q_tma != 0): Q as [batch][s_q][heads][512] bf16 boxes of 64 dims x 64 heads in the
 // kernel's 128B swizzle (heads past the end read as zeros), loaded by the tensor-memory
@@ -837,17 +837,17 @@ void set_cluster_pairs(cudaLaunchConfig_t* cfg, cudaLaunchAttribute* attr) {
 // One CTA (pair) per work item; or, for runs of uniform items (or p.persistent_forced) at least
 // kPersistentWaves times as many as the device holds at once, and a tensor-map Q, as many
 // persistent CTAs as it holds, each looping over items in a fixed order: an item's Q and first rows
-// load while the previous one finishes. H200, prefill (31 waves): 64 heads 709 -> 674 us, 128 heads
-// 2333 -> 2247 us. Decode of 2 waves gained nothing, and items of uneven lengths lose the
-// hardware's balancing (CONFIG4 b=256 +11 %, CONFIG3 b=256 +7 %).
+// load while the previous one finishes: 4-5 % off prefill (31 waves) on an H200. Decode of two
+// waves gains nothing, and items of uneven lengths lose the hardware's balancing (7-11 % slower;
+// docs/tried.md, D1).
 constexpr unsigned kPersistentWaves = 4;
 template <uint32_t L>
 cudaError_t launch_layout(const attention_params& p, const CUtensorMap& q_map, int q_tma,
                           cudaLaunchConfig_t* cfg) {
   // A CTA pair converts each chunk once for both head groups. A split run that the device holds in
   // one wave has SMs to spare: there each CTA converting its own chunks is faster, as the pair's
-  // exchange and the wait for the peer's half leave every chunk (H200: CONFIG2 / CONFIG4 b=2 22.4 /
-  // 22.0 -> 21.8 / 21.5 us).
+  // exchange and the wait for the peer's half leave every chunk (0.5-0.6 us off a 128-head b=2 run
+  // on an H200).
   const bool one_wave = p.num_splits > 1 && item_count(p) <= p.resident_ctas[0];
   const bool pairs = p.head_groups == 2 && kPairs<L> && !one_wave;
   const int cluster = pairs ? 2 : 1;

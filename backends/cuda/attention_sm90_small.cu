@@ -11,13 +11,13 @@
 //       dequantised (FP8) or copied (bf16) into one of two K buffers (the 128B-swizzled layout of
 //       the 64-head kernel); full / empty mbarriers hand the buffers over. FP8 rows come by the
 //       bulk-copy engine into a raw stage two chunks ahead, and the producers convert from there
-//       (producer_stage; H200, 8 heads b=64: 36.8 -> 31.9 us). A 32-head tile's stage holds the FP8
-//       bytes only, its rope goes by cp.async (with P^T by stmatrix, 32 heads b=64: 43.2 -> 37.6
-//       us).
+//       (producer_stage): the copies take no issue slots and the tensor cores barely slow them. A
+//       32-head tile's Q leaves no room for whole rows: its stage holds the FP8 bytes only, and the
+//       rope goes by cp.async straight into the K buffer.
 //   WG0 (consumer, warps w = 0..3), by tile width:
 //     8 heads (1..8 heads on a 16-head tile's CTA; mma.sync, transposed: small_consumer_h8):
 //       S^T = K Q^T for keys 16w..16w+15 with Q^T in registers, O^T[128w..128w+127] += V^T P^T.
-//       Half the mma and no Q reads per chunk (H200, 8 heads b=64: 30.9-31.1 -> 29.1-29.3 us).
+//       Half the mma of a padded 16-head tile and no Q reads per chunk (6 % faster on an H200).
 //     16 heads (mma.sync): S = Q K^T for keys 16w..16w+15 of the chunk and every head (m16n8k16,
 //       operands by ldmatrix); the chunk's row maxima meet in shared memory; P (bf16) to shared
 //       memory; O[:, 128w..128w+127] += P V (V: the same buffer, ldmatrix.trans).
@@ -25,14 +25,14 @@
 //       blocks of the value (O^T = V^T P^T), its N the 32 heads, every operand read from shared
 //       memory by the tensor cores. Warp w holds keys 16w..16w+15 of S^T, so a head's chunk maximum
 //       meets over the warp's lanes and then the four warps in shared memory; P^T (bf16,
-//       [head][key], 128B-swizzled) goes to shared memory by stmatrix.trans (40.3 -> 39.3 us).
-//       With mma.sync, 32 heads loaded Q, K and V fragments by ldmatrix for two m-tiles every
-//       chunk; for 16 heads mma.sync stays the faster (H200: docs/performance.md, round 29).
+//       [head][key], 128B-swizzled) goes to shared memory by stmatrix.trans (2 stores, not 16).
+//       With mma.sync, 32 heads would load Q, K and V fragments by ldmatrix for two m-tiles every
+//       chunk; 16-head tiles keep mma.sync, as wgmma was slower there (docs/tried.md, S1).
 // Persistent CTAs (16-head tiles; runs of one split with at least three waves of uniform work
 // items, FP8 rows staged): one CTA per SM runs items blockIdx.x, + gridDim.x, ... in turn. The
 // producers' chunk stream crosses from item to item (chunk_stream), so the next item's first rows
 // are copied while this item's last chunks are computed; the consumer's buffer phases go on across
-// items (H200, 8 heads b=256: 103.2 -> 99.8 us). Numerics match the other kernels: logits scaled in
+// items, so later items skip a CTA's cold start. Numerics match the other kernels: logits scaled in
 // fp32 (base 2), P rounded to bf16, fp32 O and sums (each thread keeps the sum over its keys; the
 // parts are added once at the end).
 #include <cuda_bf16.h>
@@ -597,8 +597,8 @@ __device__ __forceinline__ uint32_t q_tile_offset(int row, int unit) {
 
 // The wgmma consumer's per-warp reductions over keys. A thread holds 8 heads (k = 2j + e: head
 // 8j + 2 tig + e) and the 8 lanes g of a tig share them. A reduce-scatter halves the heads a lane
-// carries each round (4 + 2 + 1 shuffles, not 3 per head: 32 heads at b=64 on an H200 44.8 -> 42.9
-// us); lane g ends with the warp's result for head k = warp_head(g, tig), returned.
+// carries each round (4 + 2 + 1 shuffles, not 3 per head: 4 % off 32 heads at b=64 on an H200);
+// lane g ends with the warp's result for head k = warp_head(g, tig), returned.
 __device__ __forceinline__ int scatter_k(int g) {
   return 4 * (g & 1) + 2 * ((g >> 1) & 1) + (g >> 2);
 }
@@ -838,10 +838,10 @@ constexpr uint32_t kSmallFullArrivals =
     2 * kFullArrivals<L>*(kStaged&& small_stage_map<MT>::raw::kNopeOnly ? 2u : 1u);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// Register budgets per warpgroup role (setmaxnreg), by tile: a 32-head consumer holds 128 of O^T
-// (H200, 32 heads b=64: 47.6 us at 200 / 152, 45.3 at 216 / 144, 44.9 at 232 / 136, where ptxas
-// spills least). The three must not exceed the launch bound's 3 x 168, or the increase waits
-// forever.
+// Register budgets per warpgroup role (setmaxnreg), by tile: a 32-head consumer holds 128 of O^T,
+// and 232 / 136 is where ptxas spills least (and the fastest of the budgets tried on an H200).
+// The three must not exceed the launch bound's 3 x 168: setmaxnreg.inc only takes what the other
+// roles' setmaxnreg.dec released, and would wait forever.
 template <int MT>
 struct small_regs {
   static constexpr int kConsumer = MT == 1 ? 200 : 232;
@@ -938,8 +938,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1)
     // 8-head persistent CTAs hold Q^T in registers: item k + 1's Q goes into rows 8..15 of the Q
     // tile (padding rows of an 8-head tile) as soon as every thread holds item k's, and lands while
     // item k runs; the epilogue stages rows 0..7. (Loaded at the item change, the next Q and sinks
-    // took ~15 k cycles there: H200, 8 heads b=128, trace build.) Their one head group keeps its
-    // sinks.
+    // held the consumer ~15 k cycles per item while every SM streamed rows.) Their one head group
+    // keeps its sinks.
     constexpr bool kNextQ = kH8 && kPersistent;
     constexpr uint32_t kNextQRows = 8 * kStageStride;  // rows 8..15, in bytes
     auto load_next_q = [&](int k) {

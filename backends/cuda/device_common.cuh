@@ -177,8 +177,8 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8_pow2(uint2 raw, uint32_t e) {
 }
 
 // 2^x as one MUFU.EX2, subnormal results flushed to 0. exp2f (no fast-math) is ex2.approx.f32,
-// whose subnormal handling adds instructions around the MUFU in every softmax (H200: CONFIG2 b=2
-// 20.4 -> 20.0 us, prefill 64 heads 664 -> 658). A term below 2^-126 weighs nothing beside the row
+// whose subnormal handling adds instructions around the MUFU in every softmax (2 % of a 128-head
+// b=2 run and 1 % of prefill on an H200). A term below 2^-126 weighs nothing beside the row
 // maximum's 1; every softmax term, rescale factor and split weight goes through here.
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
@@ -232,7 +232,7 @@ __device__ __forceinline__ float row_output_factor(const attention_params& p, in
 // k = partial_unit_lane(u), which is what lane k of an mma accumulator quad holds of two adjacent
 // 8-dim n-tiles. So every kernel stores one float4 per pair of n-tiles, a warp writing 64
 // contiguous bytes of each of its 8 rows per instruction; with float2 stores (32 bytes per row)
-// twice the instructions (H200, b = 2: CONFIG2 21.5 -> 21.0 us, bf16 CONFIG2 19.2 -> 18.3).
+// twice the instructions, which cost 2-5 % of a 128-head b = 2 run on an H200.
 // The map is its own inverse (lane k's unit is partial_unit_lane(k)).
 __host__ __device__ constexpr int partial_unit_lane(int u) { return ((u & 1) << 1) | (u >> 1); }
 // The first dim of the unit at float offset d (a multiple of 4) of a partial row: the unit holds

@@ -154,6 +154,10 @@ dsv4_status check_plan(plan* p) {
       return fail(DSV4_STATUS_UNSUPPORTED,
                   "plan: FP8 FNUZ caches (ROCm gfx942) have no CUDA kernel");
   }
+  if (o.out_dtype.code != DSV4_DTYPE_CODE_BFLOAT)
+    return fail(DSV4_STATUS_UNSUPPORTED,
+                "plan: out_dtype float32 (partials for dsv4_merge) has no CUDA epilogue yet; "
+                "merge bf16 partials");
   if ((o.flags & DSV4_PLAN_FLAG_BATCH_INVARIANT) != 0)
     return fail(DSV4_STATUS_UNSUPPORTED,
                 "plan: DSV4_PLAN_FLAG_BATCH_INVARIANT is not implemented by the CUDA module yet");

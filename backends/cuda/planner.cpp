@@ -1,6 +1,6 @@
 // The run planner's cost model (planner.h). Units: the time of one chunk of the mma.sync kernel's
-// 64-head tile (~5.5 us on an H200). Every constant was fitted on an H200; the rounds of
-// docs/performance.md named beside them hold the measurements.
+// 64-head tile (~5.5 us on an H200). Every constant was fitted to bench_cuda's cases on an H200:
+// the figures beside them are what it was fitted to.
 #include "planner.h"
 
 #include <algorithm>
@@ -14,12 +14,12 @@ namespace {
 // The combine of a split run (one CTA per (token, head) row, a few resident per SM, each reading
 // every split's partial). ~1 chunk time at b = 2 (256..512 rows), growing by ~0.33 us a split
 // (32-head tiles, CONFIG1 b=2: 2..10 splits); ~3.7 at CONFIG1 b=32 (4096 rows, 2 splits: 45.2 us
-// against 27.9 modelled without it). Round 42.
+// against 27.9 modelled without it).
 double combine_cost(int64_t rows, int splits) {
   return 0.5 + 0.75 * static_cast<double>(rows) / 1000.0 + 0.06 * splits;
 }
 
-// A split CTA's fp32 partials: 128 KB for 64 heads took 2.3 us (round 38's CONFIG4 b=2 timeline),
+// A split CTA's fp32 partials: 128 KB for 64 heads took 2.3 us (a CONFIG4 b=2 timeline),
 // about 0.42 chunk times.
 double partial_store_cost(const tiling& tl) { return 0.42 * tl.head_tiles * kMmaRows / 64.0; }
 
@@ -133,9 +133,8 @@ tiling wgmma_tiles(int num_heads, uint32_t layout) {
   t.sm90 = true;
   // Per-chunk time relative to the mma.sync 64-head tile (CONFIG1 b=64: FP8 69.5 vs 88.3 us, bf16
   // 49.5 vs 81.1 us; pairs count as two CTAs, as the mma.sync kernel's two head groups do). CTA
-  // pairs
-  // (> 64 heads) share each FP8 chunk's conversion: CONFIG2 b=32 (128 pairs' CTAs of 18 chunks, one
-  // wave) takes 69.1 us, 0.62 a chunk (round 42).
+  // pairs (> 64 heads) share each FP8 chunk's conversion: CONFIG2 b=32 (128 pairs' CTAs of 18
+  // chunks, one wave) takes 69.1 us, 0.62 a chunk.
   t.chunk_cost = layout == DSV4_KV_LAYOUT_BF16 ? 0.6 : num_heads > kSm90Heads ? 0.62 : 0.78;
   t.cta_cost = 1.5;
   return t;
@@ -155,15 +154,16 @@ tiling small_tiles(int tile_rows, int num_heads, uint32_t layout, bool narrow_of
     t.chunk_cost = 0.45;
     t.cta_cost = 1.5;
   } else if (tile_rows == kMmaRows) {
-    // 16-head tiles of a wider plan. FP8: a CTA's start is ~6 us (2.1 chunks; round 42). bf16 rows
-    // are copied, not converted; their tiles keep the start fitted at b = 2 in round 7 (bf16
-    // CONFIG1 b=2 18.0 -> 15.0 us against the wgmma kernel).
+    // 16-head tiles of a wider plan. FP8: a CTA's start is ~6 us (2.1 chunks). bf16 rows are
+    // copied, not converted, so their tiles keep a start of 0.5, fitted at b = 2 (bf16 CONFIG1 b=2:
+    // 15.0 us on these tiles against 18.0 on the wgmma kernel).
     t.chunk_cost = 0.52;
     t.cta_cost = bf16 ? 0.5 : 2.1;
   } else {
-    // 32-head tiles of a wider plan (round 42): ~2.8 us a chunk (0.52), ~2.6 us (0.47) where three
-    // or four head groups gather the same rows and find them in the L2; a start of ~6 us. CONFIG4
-    // b=2 20.3 -> 19.6 us (6 splits), CONFIG1 b=32 45.3 -> 36.2 (one split). They gain nothing on
+    // 32-head tiles of a wider plan: ~2.8 us a chunk (0.52), ~2.6 us (0.47) where three or four
+    // head groups gather the same rows and find them in the L2; a start of ~6 us. On them CONFIG4
+    // b=2 takes 19.6 us (6 splits, 20.3 on the other tilings), CONFIG1 b=32 36.2 (one split, 45.3
+    // on the wgmma kernel with two). They gain nothing on
     // bf16 caches (bf16 CONFIG1 / CONFIG2 b=2: 14.6 / 18.6 us against 13.8 / 17.7 on the other
     // tilings), which take them only when DSV4_CUDA_KERNEL=small32 asks.
     t.chunk_cost = num_heads > 4 * kMmaRows ? 0.47 : 0.52;
@@ -173,11 +173,11 @@ tiling small_tiles(int tile_rows, int num_heads, uint32_t layout, bool narrow_of
   return t;
 }
 
-// Persistent small-head CTAs pay at four waves of work items but not at two (H200, 8 heads: b=256,
-// 3.9 waves, 103.2 -> 99.8 us; b=128, 1.9 waves, 54.2 -> 56.0 us: there the item changes cost more
+// Persistent small-head CTAs pay at four waves of work items but not at two (H200, 8 heads: 3 %
+// faster at b=256, 3.9 waves; 3.5 % slower at b=128, 1.9 waves, where the item changes cost more
 // than the CTA starts they save); they are taken from three waves on, for 16-head tiles only:
 // 32-head tiles, whose item change loads Q and whose persistent form spilled, were 10 % slower at
-// b=256 (137.0 -> 150.3 us).
+// b=256 (docs/tried.md, D6).
 constexpr int64_t kSmallPersistentWaves = 3;
 bool attention_sm90_small_persistent(const attention_params& p) {
   const int64_t items = item_count(p);

@@ -319,12 +319,12 @@ template <int N>
 __device__ __forceinline__ void set_max_registers_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
-// 16 bytes of a gathered FP8 row. The load allocates in L1 (evict_last): against
-// `L1::no_allocate` that took 2-5 % off every FP8 decode case on the H200 (CONFIG1 b=128 103.0 ->
-// 98.1 us, CONFIG2 b=64 139.0 -> 133.9, 8 heads 39.1 -> 37.4); the L2 prefetch size (none, 128 B,
-// 256 B) made no difference. The bf16 producer's cp.async stays `.cg`: through L1 (`.ca`) it was
-// 33-58 % slower. `streamed`: attention_params::stream_rows (the policy is made here, next to its
-// use: held across the producer loop, it cost the pair kernels spills).
+// 16 bytes of a gathered FP8 row. The load allocates in L1 (evict_last): that is 2-5 % faster on
+// every FP8 decode case than `L1::no_allocate` (H200), and the L2 prefetch size (none, 128 B,
+// 256 B) makes no difference. The bf16 producer's cp.async stays `.cg`: through L1 (`.ca`) it is
+// a third to a half slower (docs/tried.md, P6). `streamed`: attention_params::stream_rows (the
+// policy is made here, next to its use: held across the producer loop, it cost the pair kernels
+// spills; docs/tried.md, P8).
 __device__ __forceinline__ uint4 ld_nc16(const uint8_t* p, bool streamed) {
   const uint64_t policy = row_l2_policy(streamed);
   uint4 v;
@@ -529,7 +529,7 @@ __device__ __forceinline__ void resolve_index(const attention_params& p, int li,
 // recomputed, which costs a division by seq_q; the 64-head kernels' producers have no registers to
 // hold the rows). token_lists: both lists' rows of the token resolved once (list_row_of), an entry
 // is then one load: about 40 fewer of the ~640 instructions a small-head producer warp spends per
-// chunk (H200, 8 heads b=64: 31.6-31.9 -> 30.8-30.9 us).
+// chunk (3 % faster for 8 heads on an H200).
 struct entry_per_call {
   const attention_params& p;
   int64_t t;
@@ -994,13 +994,13 @@ struct chunk_stream {
 // buffer as producer_convert does from registers, and refills the slot with the chunk two ahead. No
 // thread waits on a load, and the copies cost no issue slots: on an H200 the bulk-copy engine
 // gathered 576-byte rows at 15.1 B/cycle/SM against 11.9 for the producers' register map
-// (gather_probe, docs/performance.md round 32).
+// (bench/gpu/gather_probe.cu).
 
 // Map::raw (raw_stage) is the stage's geometry. kNopeOnly: the stage holds each row's FP8 bytes
 // only; its rope is copied by cp.async into the K buffer when the row is converted (the copies land
 // on the full barrier, whose count includes each producer thread's cp.async arrival). Prefetching
-// the rope into the L2 when the row is staged made it slower (H200, 32 heads b=64: 37.6 -> 39.3 us
-// by a bulk prefetch, 38.1 by two line prefetches): the producers are bound by what they issue,
+// the rope into the L2 when the row is staged is slower (a bulk prefetch 5 %, two line prefetches
+// 1 %, 32 heads on an H200; docs/tried.md, G12): the producers are bound by what they issue,
 // and the rope's lines arrive in time without.
 // kPersistent: the CTA's work items one after another (chunk_stream), so that the next item's rows
 // are copied while this item's last chunks are converted. The result: the chunks converted.

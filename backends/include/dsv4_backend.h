@@ -126,6 +126,8 @@ typedef struct dsv4_mod_plan {
   int32_t compressed_block_tokens;
   int64_t max_model_len;
   dsv4_mod_lists_map lists; /**< the paged lists in the workspace */
+  dsv4_dtype out_dtype; /**< out: bf16, or fp32 (partials for dsv4_merge); refuse what you lack */
+  int32_t reserved;
 } dsv4_mod_plan;
 
 /** One explicit candidate list per token (dense or CSR), see backends/common/index.h. */
@@ -166,7 +168,7 @@ typedef struct dsv4_mod_run {
   int32_t num_tokens;             /**< T */
   int32_t seq_q;                  /**< S (1 for 3-D q) */
   dsv4_mod_token_view q;          /**< dtype per plan (bf16 / e4m3) */
-  dsv4_mod_token_view out;        /**< bf16 */
+  dsv4_mod_token_view out;        /**< the plan's out_dtype (bf16, or fp32) */
   dsv4_mod_token_view lse;        /**< fp32, data NULL if not requested */
   dsv4_mod_token_view max_logits; /**< fp32, data NULL if not requested */
   dsv4_mod_cache swa_cache;

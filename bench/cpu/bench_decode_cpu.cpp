@@ -6,7 +6,10 @@
 //
 //   build/bin/dsv4_bench_cpu [--benchmark_filter=fp8] [--benchmark_min_time=2]
 //   DSV4_CPU_THREADS=N sets the backend's worker threads.
+// The case being measured shows on stderr (a live line on a terminal, a line per case when piped);
+// results go to stdout as each case finishes.
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,14 +18,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "dsv4/dsv4.h"
+#include "progress.h"
 
 namespace {
+
+dsv4cli::Progress* g_progress = nullptr;
 
 constexpr int64_t kDim = 512;
 constexpr int64_t kSwaKeys = 128;
@@ -104,6 +111,11 @@ std::vector<int32_t> make_lists(int64_t tokens, int64_t width, std::mt19937& rng
 
 // Args: tokens, heads, total keys per token (128 SWA + the rest compressed).
 void run_decode(benchmark::State& state, uint32_t layout) {
+  if (g_progress != nullptr) {
+    g_progress->step(std::string("decode ") + (layout == DSV4_KV_LAYOUT_BF16 ? "bf16" : "fp8") +
+                     ": tokens " + std::to_string(state.range(0)) + ", heads " +
+                     std::to_string(state.range(1)) + ", keys " + std::to_string(state.range(2)));
+  }
   const int64_t tokens = state.range(0), heads = state.range(1), keys = state.range(2);
   const int64_t extra = keys - kSwaKeys;
   std::mt19937 rng(42);
@@ -191,4 +203,45 @@ void decode_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_decode_fp8)->Apply(decode_shapes);
 BENCHMARK(BM_decode_bf16)->Apply(decode_shapes);
 
-BENCHMARK_MAIN();
+namespace {
+
+// The console reporter, erasing the progress line before each result and flushing after it.
+class ProgressReporter : public benchmark::ConsoleReporter {
+ public:
+  ProgressReporter(dsv4cli::Progress* progress, OutputOptions options)
+      : ConsoleReporter(options), progress_(progress) {}
+  void ReportRuns(const std::vector<Run>& runs) override {
+    progress_->clear();
+    ConsoleReporter::ReportRuns(runs);
+    GetOutputStream().flush();
+  }
+
+ private:
+  dsv4cli::Progress* progress_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Another output format (--benchmark_format=json|csv) keeps Google Benchmark's own reporter.
+  bool console = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--benchmark_format=", 0) == 0 && arg != "--benchmark_format=console")
+      console = false;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  dsv4cli::Progress progress;
+  g_progress = &progress;
+  if (console) {
+    ProgressReporter reporter(
+        &progress, isatty(STDOUT_FILENO) ? ProgressReporter::OO_Color : ProgressReporter::OO_None);
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+  } else {
+    benchmark::RunSpecifiedBenchmarks();
+  }
+  g_progress = nullptr;
+  benchmark::Shutdown();
+  return 0;
+}

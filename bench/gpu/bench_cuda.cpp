@@ -280,7 +280,7 @@ class l2_flush {
 // The gather floor of a case: the time to read just the cache rows its lists reference (each row's
 // data bytes: 576 of the 584 B layout, whole rows of the others), nothing else, by plain 16-byte
 // loads under the L2 evict_first policy, after the same flush. No attention kernel can take less;
-// for small head counts it is most of the time (docs/performance.md, round 44). The kernel is PTX
+// for small head counts it is most of the time (docs/tried.md, T2). The kernel is PTX
 // (jit_kernel): thread i of the grid-stride loop reads piece i % pieces of row
 // i / pieces (row addresses from a table, 8 bytes per row more read), four pieces in flight per
 // thread.

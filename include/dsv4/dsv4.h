@@ -29,7 +29,9 @@
  * candidate) | warn     | honoured |
  *
  * Module search order: options.module_dir, DSV4_BACKEND_PATH, <dir of libdsv4.so>/dsv4/backends,
- * <dir of libdsv4.so>, the install directory. Never the current or the executable's directory.
+ * <dir of libdsv4.so>, the configured install directory (only when libdsv4.so runs from that
+ * install). Never the current or the executable's directory: relative directories are refused
+ * (options.module_dir: INVALID_ARGUMENT; DSV4_BACKEND_PATH entries: ignored with a warning).
  */
 #ifndef DSV4_H
 #define DSV4_H
@@ -74,7 +76,7 @@ typedef struct dsv4_ctx_options {
   uint32_t api_version;   /**< DSV4_API_VERSION of the caller's header */
   dsv4_device device;     /**< device the tensors live on; default {DSV4_DEVICE_CPU, 0} */
   const char* backend;    /**< module name to use ("cpu", "cuda"); NULL = DSV4_BACKEND, then auto */
-  const char* module_dir; /**< extra module directory searched first; NULL = none */
+  const char* module_dir; /**< absolute extra module directory searched first; NULL = none */
   int32_t num_threads;    /**< CPU backend worker threads; 0 = DSV4_CPU_THREADS, then cores */
   int32_t log_level;      /**< DSV4_LOG_*; -1 = DSV4_LOG_LEVEL, then WARN */
   dsv4_log_fn log_fn;     /**< NULL = stderr */
@@ -200,10 +202,14 @@ typedef struct dsv4_plan_options {
       max_cmp_blocks_per_request;  /**< capacity: compressed block-table columns. Default 1024. */
   int32_t compressed_block_tokens; /**< logical tokens per compressed block (entries = this/ratio).
                                         Default 256. Must equal ratio * extra_cache.block_size. */
+  /* 0.2 */
+  dsv4_dtype out_dtype; /**< out's dtype: bf16 (default), or fp32 for partial results that
+                             dsv4_merge combines later without a rounding step (spec 12.2).
+                             A backend without an fp32 epilogue refuses fp32 (UNSUPPORTED). */
 } dsv4_plan_options;
 
-/** Sets struct_size and defaults (explicit mode, 64 heads, d 512, bf16 q, FP8 584 B caches with
- *  64-entry blocks, no extra cache, dense indices, topk 128). */
+/** Sets struct_size and defaults (explicit mode, 64 heads, d 512, bf16 q and out, FP8 584 B caches
+ *  with 64-entry blocks, no extra cache, dense indices, topk 128). */
 DSV4_API dsv4_status(dsv4_plan_options_init)(dsv4_plan_options* options, size_t struct_size);
 #define dsv4_plan_options_init(options) (dsv4_plan_options_init)((options), sizeof(*(options)))
 
@@ -236,7 +242,8 @@ DSV4_API dsv4_status dsv4_plan_get_info(const dsv4_plan* plan, dsv4_plan_info* o
  * Arguments of one attention call. Integer index tensors are int32. Unused tensors are NULL.
  *
  * Query geometry: q is [T, H, d_qk] or [B, S, H, d_qk] (token t = b*S + s), any strides with the
- * last dimension contiguous; out matches it with d_v = 512 (bf16). lse / max_logits (fp32,
+ * last dimension contiguous; out matches it with d_v = 512 (the plan's out_dtype: bf16 by default,
+ * or fp32). lse / max_logits (fp32,
  * optional) are [T, H] or [B, S, H], or FlashMLA's [B, H, S] given by strides; lse excludes the
  * sink and is +inf for a token with no valid key; max_logits is -inf there.
  *
@@ -262,7 +269,7 @@ typedef struct dsv4_run_args {
   const dsv4_tensor* swa_cache;   /**< main cache, dim 0 = blocks */
   const dsv4_tensor* extra_cache; /**< extra/compressed cache or NULL */
   const dsv4_tensor* attn_sink;   /**< [H] fp32 (natural-log logit; +-inf allowed) or NULL */
-  dsv4_tensor* out;               /**< [T,H,512] or [B,S,H,512], bf16 */
+  dsv4_tensor* out;               /**< [T,H,512] or [B,S,H,512], the plan's out_dtype */
   dsv4_tensor* lse;               /**< optional fp32 */
   dsv4_tensor* max_logits;        /**< optional fp32 */
   /* explicit mode */

@@ -6,8 +6,8 @@ Usage: trace_sm90.py TRACE_FILE [CTA]   (CTA: also print that CTA's stamps chunk
 A persistent CTA (several work items) numbers its chunks on across items (the first 48 are kept); its
 header stamps, and so the per-CTA summary, are those of its last item.
 The stamps cost time on the roles' critical paths: a trace build of the wgmma kernel ran prefill h64
-75 % slower than the real build (docs/performance.md round 12). Read the steps' shares from it, and take
-periods from real-build timings."""
+75 % slower than the real build. Read the steps' shares from it, and take periods from real-build
+timings."""
 import struct
 import sys
 from statistics import median

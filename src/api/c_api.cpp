@@ -130,7 +130,7 @@ DSV4_API dsv4_status dsv4_kv_layout_get_info(uint32_t layout, int32_t block_size
 DSV4_API dsv4_status(dsv4_plan_options_init)(dsv4_plan_options* options, size_t struct_size) {
   return guard("dsv4_plan_options_init", [&] {
     require_arg(options, "options");
-    init_struct(options, struct_size, sizeof(dsv4_plan_options), "options", "dsv4_plan_options",
+    init_struct(options, struct_size, kPlanOptionsMinSize, "options", "dsv4_plan_options",
                 plan_options_default_values());
     return DSV4_STATUS_OK;
   });

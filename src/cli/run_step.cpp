@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -289,8 +290,8 @@ void write_rows(dsv4_ctx* ctx, DeviceMemory& mem, const dsv4_kv_cache_desc& desc
   args.cache = cache;
   const dsv4_status st = dsv4_kv_write(ctx, &args);
   if (st != DSV4_STATUS_OK) {
-    throw std::runtime_error(std::string("dsv4_kv_write: ") + dsv4_status_string(st) + ": " +
-                             dsv4_last_error_message());
+    throw std::runtime_error(std::string(dsv4_last_error_message()) + " [" +
+                             dsv4_status_string(st) + "]");
   }
   mem.synchronize();  // the value buffers are released on return
 }
@@ -345,9 +346,13 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
 }
 
-// Runs and checks one layer. Returns false (after printing) when a library call fails.
+// Runs and checks one layer. Returns false (after saying why) when a library call fails.
 bool run_layer(dsv4_ctx* ctx, DeviceMemory& mem, const ModelConfig& model, const LayerKind& kind,
-               const StepShape& shape, const RunOptions& opt, Rng& rng, LayerResult* res) {
+               const StepShape& shape, const RunOptions& opt, Rng& rng, Console& console,
+               LayerResult* res) {
+  Progress& progress = console.progress();
+  const std::string label = std::string(model.name) + " " + kind.name;
+  progress.step(label + ": writing the caches");
   LayerData L = make_layer(model, kind, shape, rng);
   const dsv4test::RefPagedBatch& b = L.batch;
   const dsv4_device dev = mem.device();
@@ -371,6 +376,7 @@ bool run_layer(dsv4_ctx* ctx, DeviceMemory& mem, const ModelConfig& model, const
   // every position still inside some query's window, and every completed compressed entry.
   std::vector<int32_t> slots;
   for (int64_t r = 0; r < R; ++r) {
+    progress.detail("request " + std::to_string(r + 1) + " of " + std::to_string(R));
     const int32_t* swa_row = &b.swa_block_table[static_cast<size_t>(r * b.swa_bt_cols)];
     const int64_t first_pos = shape.seq_len[r] - shape.query_len[r];
     slots.clear();
@@ -438,7 +444,7 @@ bool run_layer(dsv4_ctx* ctx, DeviceMemory& mem, const ModelConfig& model, const
   dsv4_plan* plan = nullptr;
   dsv4_status st = dsv4_plan_create(ctx, &po, &plan);
   if (st != DSV4_STATUS_OK) {
-    report_error("dsv4_plan_create", st);
+    console.library_error("dsv4_plan_create", st);
     return false;
   }
   std::unique_ptr<dsv4_plan, void (*)(dsv4_plan*)> plan_owner(plan, dsv4_plan_destroy);
@@ -449,7 +455,7 @@ bool run_layer(dsv4_ctx* ctx, DeviceMemory& mem, const ModelConfig& model, const
   size_t ws_bytes = 0;
   st = dsv4_plan_get_workspace_size(plan, &ws_bytes);
   if (st != DSV4_STATUS_OK) {
-    report_error("dsv4_plan_get_workspace_size", st);
+    console.library_error("dsv4_plan_get_workspace_size", st);
     return false;
   }
   DeviceBuffer workspace(&mem, ws_bytes);
@@ -476,13 +482,16 @@ bool run_layer(dsv4_ctx* ctx, DeviceMemory& mem, const ModelConfig& model, const
   // runs are done. The warm-up counts only when fewer than three runs were timed after it.
   std::vector<double> times;
   double spent = 0;
+  progress.step(label + ": timing dsv4_run");
   for (int i = 0; i <= opt.repeats; ++i) {
+    progress.detail(i == 0 ? std::string("warm-up run")
+                           : "run " + std::to_string(i) + " of " + std::to_string(opt.repeats));
     const double t0 = now_ms();
     st = dsv4_run(plan, &args);
     if (st == DSV4_STATUS_OK) mem.synchronize();
     const double dt = now_ms() - t0;
     if (st != DSV4_STATUS_OK) {
-      report_error("dsv4_run", st);
+      console.library_error("dsv4_run", st);
       return false;
     }
     times.push_back(dt);
@@ -510,6 +519,7 @@ bool run_layer(dsv4_ctx* ctx, DeviceMemory& mem, const ModelConfig& model, const
   // Check a sample of tokens (the float64 reference costs ~H * keys * 1024 multiply-adds each).
   const std::vector<int64_t> picks = pick_check_tokens(shape, opt.check_tokens, rng);
   const int64_t S = static_cast<int64_t>(picks.size());
+  progress.step(label + ": float64 reference check");
   std::vector<uint8_t> swa_host(swa_cache.bytes()), cmp_host(cmp_cache.bytes());
   mem.download(swa_host.data(), swa_cache.data(), swa_host.size());
   if (compressed) mem.download(cmp_host.data(), cmp_cache.data(), cmp_host.size());
@@ -519,17 +529,13 @@ bool run_layer(dsv4_ctx* ctx, DeviceMemory& mem, const ModelConfig& model, const
   mem.download(lse_host.data(), d_lse.data(), lse_host.size() * 4);
   mem.download(max_host.data(), d_max.data(), max_host.size() * 4);
 
+  // One token per reference call, so that the progress line can say how far the check is.
   dsv4test::RefProblem p;
-  p.num_tokens = S;
+  p.num_tokens = 1;
   p.num_heads = H;
   p.head_dim_qk = kDim;
   p.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
-  p.q.resize(static_cast<size_t>(S * H * kDim));
-  for (int64_t i = 0; i < S; ++i) {
-    const uint16_t* src = &L.q[static_cast<size_t>(picks[i] * H * kDim)];
-    for (int64_t j = 0; j < H * kDim; ++j)
-      p.q[i * H * kDim + j] = dsv4test::ref_bf16_to_double(src[j]);
-  }
+  p.q.resize(static_cast<size_t>(H * kDim));
   p.sink.assign(L.sink.begin(), L.sink.end());
   p.main = dsv4test::RefCache{swa_host.data(),   kLayout,          kSwaBlockSize,
                               L.swa_block_bytes, L.swa_num_blocks, 1.0};
@@ -537,15 +543,16 @@ bool run_layer(dsv4_ctx* ctx, DeviceMemory& mem, const ModelConfig& model, const
     p.extra = dsv4test::RefCache{cmp_host.data(),   kLayout,          kind.cmp_block_size,
                                  L.cmp_block_bytes, L.cmp_num_blocks, 1.0};
   }
-  for (int64_t t : picks) {
-    p.main_lists.push_back(lists.swa[t]);
-    if (compressed) p.extra_lists.push_back(lists.cmp[t]);
-  }
-  const dsv4test::RefResult want = dsv4test::reference_attention(p);
 
   const int64_t num_decode_tokens = lists.num_decode_tokens;
   for (int64_t i = 0; i < S; ++i) {
     const int64_t t = picks[i];
+    progress.detail("token " + std::to_string(i + 1) + " of " + std::to_string(S));
+    const uint16_t* src = &L.q[static_cast<size_t>(t * H * kDim)];
+    for (int64_t j = 0; j < H * kDim; ++j) p.q[j] = dsv4test::ref_bf16_to_double(src[j]);
+    p.main_lists.assign(1, lists.swa[t]);
+    if (compressed) p.extra_lists.assign(1, lists.cmp[t]);
+    const dsv4test::RefResult want = dsv4test::reference_attention(p);
     const bool decode = t < num_decode_tokens || lists.is_padding[t];
     Agreement& out_agree = decode ? res->out_decode : res->out_prefill;
     const Tolerance& out_tol = decode ? kDecodeOutTol : kPrefillOutTol;
@@ -555,13 +562,13 @@ bool run_layer(dsv4_ctx* ctx, DeviceMemory& mem, const ModelConfig& model, const
       for (int64_t d = 0; d < kDim; ++d) {
         const double got =
             dsv4test::ref_bf16_to_double(out_host[static_cast<size_t>((t * H + h) * kDim + d)]);
-        out_agree.add(got, want.out[static_cast<size_t>((i * H + h) * kDim + d)], out_tol,
+        out_agree.add(got, want.out[static_cast<size_t>(h * kDim + d)], out_tol,
                       d == 0 ? where + " out" : where + " out dim " + std::to_string(d));
       }
-      res->lse.add(lse_host[static_cast<size_t>(t * H + h)],
-                   want.lse[static_cast<size_t>(i * H + h)], lse_tol, where + " lse");
+      res->lse.add(lse_host[static_cast<size_t>(t * H + h)], want.lse[static_cast<size_t>(h)],
+                   lse_tol, where + " lse");
       res->max_logits.add(max_host[static_cast<size_t>(t * H + h)],
-                          want.max_logits[static_cast<size_t>(i * H + h)], kPrefillLseTol,
+                          want.max_logits[static_cast<size_t>(h)], kPrefillLseTol,
                           where + " max_logits");
     }
   }
@@ -572,6 +579,8 @@ bool run_layer(dsv4_ctx* ctx, DeviceMemory& mem, const ModelConfig& model, const
   return true;
 }
 
+using json = nlohmann::ordered_json;
+
 void print_agreement(const char* name, const Agreement& a, const Tolerance& tol) {
   const dsv4test::CompareResult r = a.rule.result(tol);
   if (r.elements == 0) return;
@@ -581,98 +590,139 @@ void print_agreement(const char* name, const Agreement& a, const Tolerance& tol)
               r.elements, r.failures > 0 ? "; first: " : "", a.first_failure.c_str());
 }
 
+// JSON numbers cannot be NaN or infinite: those become null.
+json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+json agreement_json(const Agreement& a, const Tolerance& tol) {
+  const dsv4test::CompareResult r = a.rule.result(tol);
+  if (r.elements == 0) return nullptr;
+  json j = {{"passed", r.passed},
+            {"elements", r.elements},
+            {"failures", r.failures},
+            {"max_abs_err", number(r.max_abs_err)},
+            {"max_rel_err", number(r.max_rel_err)}};
+  if (tol.cos_tol >= 0) j["cos_diff"] = number(r.cos_diff);
+  if (r.failures > 0) j["first_failure"] = a.first_failure;
+  return j;
+}
+
+json layer_json(const LayerKind& kind, const LayerResult& res) {
+  json j = {{"layer", kind.name},
+            {"median_ms", res.median_ms},
+            {"runs", res.runs},
+            {"gflop_per_s", res.gflop / (res.median_ms * 1e-3)},
+            {"keys_per_token", res.keys_per_token},
+            {"kernel", res.kernel}};
+  if (!res.checked) {
+    j["check"] = nullptr;
+    return j;
+  }
+  j["check"] = {{"passed", res.passed},
+                {"tokens", res.checked_tokens},
+                {"out_decode", agreement_json(res.out_decode, kDecodeOutTol)},
+                {"out_prefill", agreement_json(res.out_prefill, kPrefillOutTol)},
+                {"lse", agreement_json(res.lse, kDecodeLseTol)},
+                {"max_logits", agreement_json(res.max_logits, kPrefillLseTol)}};
+  return j;
+}
+
 void print_usage() {
   std::printf(
-      "usage: dsv4 run [options]\n"
+      "usage: dsv4 [options] run [run options]\n"
       "Runs one DeepSeek-V4 engine step in paged mode: decode requests (MTP, 2 query tokens,\n"
-      "contexts 200..5000) mixed with two prefill chunks whose prefixes exceed the window and a "
-      "few\n"
-      "padding tokens; FP8 584 B caches written with dsv4_kv_write; random block tables and C4A\n"
-      "top-k. For each configuration and layer kind (SWA-only, C4A, C128A) it times the layer and\n"
-      "checks outputs, lse and max_logits against the float64 reference (FlashMLA tolerances).\n"
+      "contexts 200..5000) mixed with two prefill chunks whose prefixes exceed the window and a\n"
+      "few padding tokens; FP8 584 B caches written with dsv4_kv_write; random block tables and\n"
+      "C4A top-k. For each configuration and layer kind (SWA-only, C4A, C128A) it times the layer\n"
+      "and checks outputs, lse and max_logits against the float64 reference (FlashMLA\n"
+      "tolerances). Progress goes to stderr, results to stdout (--json: one JSON document).\n"
       "\n"
-      "options:\n"
+      "run options:\n"
       "  --config flash|pro|both  Flash: 64 heads, top-k 512; Pro: 128 heads, top-k 1024 (both)\n"
-      "  --tokens N               about N query tokens: N/6 decode requests and two prefill "
-      "chunks\n"
-      "                           of N/3 tokens (default 192: 32 decodes, chunks of 64; --quick "
-      "24)\n"
+      "  --tokens N               about N query tokens: N/6 decode requests and two prefill\n"
+      "                           chunks of N/3 tokens (default 192: 32 decodes, chunks of 64;\n"
+      "                           --quick 24)\n"
       "  --seed S                 random seed (default: fresh, printed)\n"
-      "  --threads N              CPU backend worker threads (default DSV4_CPU_THREADS, then "
-      "cores)\n"
+      "  --threads N              CPU backend worker threads (default DSV4_CPU_THREADS, then\n"
+      "                           cores)\n"
       "  --repeats N              timed runs after one warm-up; the median is shown (default 5,\n"
       "                           fewer once a layer has taken 3 s; --quick 0: the warm-up only)\n"
       "  --check-tokens N         tokens checked against the reference per layer (default 12;\n"
       "                           0 = all; the float64 reference is the slow part)\n"
       "  --no-check               time only\n"
       "  --quick                  small step, one timed run (for tests)\n"
-      "  --device, --backend, --module-dir   as for every command (see dsv4 help)\n"
+      "options of every command: --device, --backend, --module-dir, --json, --no-progress\n"
       "exit status: 0 all checks passed, 1 a check failed or a library call failed, 2 bad usage\n");
 }
 
-bool parse_int(const char* text, long long lo, long long hi, long long* out) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) return false;
-  *out = v;
-  return true;
+// Parses the run options; kExitOk, kExitUsage after one message, or -1 for --help.
+int parse_run_options(CommonOptions* common, int argc, char** argv, RunOptions* opt) {
+  enum { kConfig, kTokens, kSeed, kThreads, kRepeats, kCheckTokens, kNoCheck, kQuick };
+  const std::vector<CommandOption> options = {{"config", true, "flash|pro|both"},
+                                              {"tokens", true, "N"},
+                                              {"seed", true, "S"},
+                                              {"threads", true, "N"},
+                                              {"repeats", true, "N"},
+                                              {"check-tokens", true, "N"},
+                                              {"no-check", false, nullptr},
+                                              {"quick", false, nullptr}};
+  const auto integer = [&](size_t which, const char* value, long long lo, long long hi,
+                           long long* out) {
+    if (parse_int(value, lo, hi, out)) return true;
+    std::fprintf(stderr, "dsv4 run: --%s needs an integer in [%lld, %lld], got '%s'\n",
+                 options[which].name, lo, hi, value);
+    return false;
+  };
+  return parse_command("run", argc, argv, common, options, [&](size_t which, const char* value) {
+    long long v = 0;
+    switch (which) {
+      case kConfig:
+        opt->config = value;
+        if (opt->config == "flash" || opt->config == "pro" || opt->config == "both") return true;
+        std::fprintf(stderr, "dsv4 run: --config: expected flash, pro or both, got '%s'\n", value);
+        return false;
+      case kTokens:
+        if (!integer(which, value, 12, 8192, &v)) return false;
+        opt->tokens = static_cast<int>(v);
+        return true;
+      case kSeed:
+        if (!integer(which, value, 0, std::numeric_limits<long long>::max(), &v)) return false;
+        opt->seed = static_cast<uint64_t>(v);
+        opt->seed_given = true;
+        return true;
+      case kThreads:
+        if (!integer(which, value, 0, 4096, &v)) return false;
+        opt->threads = static_cast<int>(v);
+        return true;
+      case kRepeats:
+        if (!integer(which, value, 0, 1000, &v)) return false;
+        opt->repeats = static_cast<int>(v);
+        return true;
+      case kCheckTokens:
+        if (!integer(which, value, 0, 1 << 20, &v)) return false;
+        opt->check_tokens = static_cast<int>(v);
+        return true;
+      case kNoCheck:
+        opt->check = false;
+        return true;
+      case kQuick:
+        opt->quick = true;
+        return true;
+      default:
+        return false;
+    }
+  });
 }
 
 }  // namespace
 
-int command_run(const CommonOptions& common, int argc, char** argv) {
+int command_run(CommonOptions common, int argc, char** argv) {
   RunOptions opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](long long lo, long long hi, long long* out) {
-      if (i + 1 >= argc || !parse_int(argv[i + 1], lo, hi, out)) {
-        std::fprintf(stderr, "dsv4 run: %s needs an integer in [%lld, %lld]\n", a.c_str(), lo, hi);
-        return false;
-      }
-      ++i;
-      return true;
-    };
-    long long v = 0;
-    if (a == "--help" || a == "-h") {
-      print_usage();
-      return kExitOk;
-    } else if (a == "--config") {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "dsv4 run: --config needs flash, pro or both\n");
-        return kExitUsage;
-      }
-      opt.config = argv[++i];
-      if (opt.config != "flash" && opt.config != "pro" && opt.config != "both") {
-        std::fprintf(stderr, "dsv4 run: --config: expected flash, pro or both, got '%s'\n",
-                     opt.config.c_str());
-        return kExitUsage;
-      }
-    } else if (a == "--tokens") {
-      if (!value(12, 8192, &v)) return kExitUsage;
-      opt.tokens = static_cast<int>(v);
-    } else if (a == "--seed") {
-      if (!value(0, std::numeric_limits<long long>::max(), &v)) return kExitUsage;
-      opt.seed = static_cast<uint64_t>(v);
-      opt.seed_given = true;
-    } else if (a == "--threads") {
-      if (!value(0, 4096, &v)) return kExitUsage;
-      opt.threads = static_cast<int>(v);
-    } else if (a == "--repeats") {
-      if (!value(0, 1000, &v)) return kExitUsage;
-      opt.repeats = static_cast<int>(v);
-    } else if (a == "--check-tokens") {
-      if (!value(0, 1 << 20, &v)) return kExitUsage;
-      opt.check_tokens = static_cast<int>(v);
-    } else if (a == "--no-check") {
-      opt.check = false;
-    } else if (a == "--quick") {
-      opt.quick = true;
-    } else {
-      std::fprintf(stderr, "dsv4 run: unknown option '%s' (see dsv4 run --help)\n", a.c_str());
-      return kExitUsage;
-    }
+  const int parsed = parse_run_options(&common, argc, argv, &opt);
+  if (parsed == -1) {
+    print_usage();
+    return kExitOk;
   }
+  if (parsed != kExitOk) return parsed;
   if (opt.tokens == 0) opt.tokens = opt.quick ? 24 : 192;
   if (opt.repeats < 0) opt.repeats = opt.quick ? 0 : 5;
   if (opt.check_tokens < 0) opt.check_tokens = opt.quick ? 6 : 12;
@@ -681,30 +731,53 @@ int command_run(const CommonOptions& common, int argc, char** argv) {
                0x5eed5eedull;
     opt.seed &= 0x7fffffffffffull;
   }
+  Console console(common);
+  console.command = "dsv4 run";
+  const bool text = !common.json;
+  json doc;
+  // With --json, a failure still ends in a document: what was done, and the error.
+  const auto failed = [&](int status) {
+    if (!text) {
+      console.progress().clear();
+      doc["passed"] = false;
+      doc["error"] = console.last_error();
+      doc["warnings"] = console.warnings();
+      std::printf("%s\n", doc.dump(2).c_str());
+    }
+    return status;
+  };
 
-  dsv4_ctx_options co = make_ctx_options(common);
+  dsv4_ctx_options co = make_ctx_options(common, &console);
   co.num_threads = opt.threads;
   dsv4_ctx* ctx = nullptr;
   dsv4_status st = dsv4_ctx_create(&co, &ctx);
-  if (st != DSV4_STATUS_OK) return report_error("dsv4_ctx_create", st);
+  if (st != DSV4_STATUS_OK) return failed(console.library_error("dsv4_ctx_create", st));
   std::unique_ptr<dsv4_ctx, void (*)(dsv4_ctx*)> ctx_owner(ctx, dsv4_ctx_destroy);
   std::string why;
   std::unique_ptr<DeviceMemory> mem = make_device_memory(common.device, &why);
-  if (!mem) {
-    std::fprintf(stderr, "dsv4 run: %s: %s\n", device_name(common.device).c_str(), why.c_str());
-    return kExitFailure;
-  }
+  if (!mem) return failed(console.error(device_name(common.device) + ": " + why));
   dsv4_ctx_info info;
   std::memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
   st = dsv4_ctx_get_info(ctx, &info);
-  if (st != DSV4_STATUS_OK) return report_error("dsv4_ctx_get_info", st);
+  if (st != DSV4_STATUS_OK) return failed(console.library_error("dsv4_ctx_get_info", st));
 
-  std::printf("dsv4 run: libdsv4 %s, backend %s (%s; %s), device %s", dsv4_get_version_string(),
-              info.backend, info.path, info.reason, device_name(info.device).c_str());
-  if (info.device.device_type == DSV4_DEVICE_CPU)
-    std::printf(", %d threads", static_cast<int>(info.num_threads));
-  std::printf(", seed %" PRIu64 "\n", opt.seed);
+  doc["library"] = {{"version", dsv4_get_version_string()}};
+  doc["backend"] = {{"name", info.backend},
+                    {"path", info.path},
+                    {"reason", info.reason},
+                    {"device", device_name(info.device)},
+                    {"threads", info.num_threads}};
+  doc["seed"] = opt.seed;
+  doc["tokens"] = opt.tokens;
+  doc["configs"] = json::array();
+  if (text) {
+    std::printf("dsv4 run: libdsv4 %s, backend %s (%s; %s), device %s", dsv4_get_version_string(),
+                info.backend, info.path, info.reason, device_name(info.device).c_str());
+    if (info.device.device_type == DSV4_DEVICE_CPU)
+      std::printf(", %d threads", static_cast<int>(info.num_threads));
+    std::printf(", seed %" PRIu64 "\n", opt.seed);
+  }
 
   std::vector<ModelConfig> models;
   if (opt.config != "pro") models.push_back(kFlash);
@@ -715,26 +788,55 @@ int command_run(const CommonOptions& common, int argc, char** argv) {
   for (const ModelConfig& model : models) {
     Rng rng(opt.seed * 1000003ull + static_cast<uint64_t>(config_index++));
     const StepShape shape = make_step_shape(opt.tokens, rng);
-    std::printf(
-        "\n%s: %d heads, C4A top-k %d, window %d, FP8 584 B caches (SWA 64 tokens/block, "
-        "C4 64 and C128 2 entries/block)\n",
-        model.name, static_cast<int>(model.heads), static_cast<int>(model.index_topk), kWindow);
-    std::printf("  step: %d decode requests (MTP, %d query tokens, contexts",
-                static_cast<int>(shape.num_decodes), kDecodeQueryLen);
     const auto ctx_minmax =
         std::minmax_element(shape.seq_len.begin(), shape.seq_len.begin() + shape.num_decodes);
-    std::printf(" %d..%d)", static_cast<int>(*ctx_minmax.first),
-                static_cast<int>(*ctx_minmax.second));
+    json config = {{"name", model.name},
+                   {"heads", model.heads},
+                   {"index_topk", model.index_topk},
+                   {"window", kWindow},
+                   {"decode_requests", shape.num_decodes},
+                   {"decode_contexts", {*ctx_minmax.first, *ctx_minmax.second}},
+                   {"prefill_chunks", json::array()},
+                   {"padding_tokens", kPaddingTokens},
+                   {"tokens", shape.num_tokens},
+                   {"layers", json::array()}};
     for (int32_t r = shape.num_decodes; r < shape.num_decodes + shape.num_prefills; ++r) {
-      std::printf(", prefill chunk %d tokens after a %d-token prefix",
-                  static_cast<int>(shape.query_len[r]),
-                  static_cast<int>(shape.seq_len[r] - shape.query_len[r]));
+      config["prefill_chunks"].push_back(
+          {{"tokens", shape.query_len[r]}, {"prefix", shape.seq_len[r] - shape.query_len[r]}});
     }
-    std::printf(", %d padding tokens: %d tokens\n", kPaddingTokens,
-                static_cast<int>(shape.num_tokens));
+    if (text) {
+      console.progress().clear();
+      std::printf(
+          "\n%s: %d heads, C4A top-k %d, window %d, FP8 584 B caches (SWA 64 tokens/block, "
+          "C4 64 and C128 2 entries/block)\n",
+          model.name, static_cast<int>(model.heads), static_cast<int>(model.index_topk), kWindow);
+      std::printf("  step: %d decode requests (MTP, %d query tokens, contexts %d..%d)",
+                  static_cast<int>(shape.num_decodes), kDecodeQueryLen,
+                  static_cast<int>(*ctx_minmax.first), static_cast<int>(*ctx_minmax.second));
+      for (int32_t r = shape.num_decodes; r < shape.num_decodes + shape.num_prefills; ++r) {
+        std::printf(", prefill chunk %d tokens after a %d-token prefix",
+                    static_cast<int>(shape.query_len[r]),
+                    static_cast<int>(shape.seq_len[r] - shape.query_len[r]));
+      }
+      std::printf(", %d padding tokens: %d tokens\n", kPaddingTokens,
+                  static_cast<int>(shape.num_tokens));
+    }
     for (const LayerKind& kind : kLayerKinds) {
       LayerResult res;
-      if (!run_layer(ctx, *mem, model, kind, shape, opt, rng, &res)) return kExitFailure;
+      bool ok = false;
+      try {
+        ok = run_layer(ctx, *mem, model, kind, shape, opt, rng, console, &res);
+      } catch (const std::exception& e) {  // device memory, dsv4_kv_write
+        console.error(e.what());
+      }
+      if (!ok) {
+        doc["configs"].push_back(config);
+        return failed(kExitFailure);
+      }
+      all_passed = all_passed && (!res.checked || res.passed);
+      config["layers"].push_back(layer_json(kind, res));
+      if (!text) continue;
+      console.progress().clear();
       std::printf(
           "  %-6s %-6s %8.3f ms (median of %d runs)  %8.1f GFLOP/s  %6.1f keys/token  kernel %s\n",
           model.name, kind.name, res.median_ms, res.runs, res.gflop / (res.median_ms * 1e-3),
@@ -750,8 +852,16 @@ int command_run(const CommonOptions& common, int argc, char** argv) {
       print_agreement("out prefill", res.out_prefill, kPrefillOutTol);
       print_agreement("lse", res.lse, kDecodeLseTol);
       print_agreement("max_logits", res.max_logits, kPrefillLseTol);
-      all_passed = all_passed && res.passed;
     }
+    doc["configs"].push_back(config);
+  }
+  console.progress().clear();
+  if (!text) {
+    doc["checked"] = opt.check;
+    doc["passed"] = opt.check ? json(all_passed) : json(nullptr);
+    doc["warnings"] = console.warnings();
+    std::printf("%s\n", doc.dump(2).c_str());
+    return !opt.check || all_passed ? kExitOk : kExitFailure;
   }
   std::printf(
       "\nFLOP = 2 x heads x valid keys x (512 + 512); time is dsv4_run (index building + "

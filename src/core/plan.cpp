@@ -200,12 +200,13 @@ dsv4_plan_options plan_options_default_values() {
   o.max_swa_blocks_per_request = 1024;
   o.max_cmp_blocks_per_request = 1024;
   o.compressed_block_tokens = 256;
+  o.out_dtype = dsv4_dtype{DSV4_DTYPE_CODE_BFLOAT, 16, 1};
   return o;
 }
 
 dsv4_plan_options normalize_plan_options(const dsv4_plan_options* options) {
-  dsv4_plan_options o = read_struct(options, sizeof(dsv4_plan_options), "options",
-                                    "dsv4_plan_options", plan_options_default_values());
+  dsv4_plan_options o = read_struct(options, kPlanOptionsMinSize, "options", "dsv4_plan_options",
+                                    plan_options_default_values());
   if (o.mode != DSV4_MODE_EXPLICIT && o.mode != DSV4_MODE_PAGED)
     fail(DSV4_STATUS_INVALID_ARGUMENT,
          "options->mode = %u is not DSV4_MODE_EXPLICIT (0) or DSV4_MODE_PAGED (1)", o.mode);
@@ -247,6 +248,11 @@ dsv4_plan_options normalize_plan_options(const dsv4_plan_options* options) {
          "the FP8_E4M3_PER_TENSOR layout)",
          o.q_dtype.code, o.q_dtype.bits, o.q_dtype.lanes);
   }
+  if (!dtype_is(o.out_dtype, DSV4_DTYPE_CODE_BFLOAT, 16) &&
+      !dtype_is(o.out_dtype, DSV4_DTYPE_CODE_FLOAT, 32))
+    fail(DSV4_STATUS_INVALID_ARGUMENT,
+         "options->out_dtype = {code %u, bits %u, lanes %u} must be bfloat16 or float32",
+         o.out_dtype.code, o.out_dtype.bits, o.out_dtype.lanes);
   if (o.softmax_scale == 0.0f)
     o.softmax_scale = 1.0f / std::sqrt(static_cast<float>(o.head_dim_qk));
   if (!positive_finite(o.softmax_scale))
@@ -290,6 +296,7 @@ dsv4_mod_plan derive_mod_plan(const dsv4_plan_options& o) {
   p.head_dim_qk = o.head_dim_qk;
   p.head_dim_v = o.head_dim_v;
   p.q_dtype = o.q_dtype;
+  p.out_dtype = o.out_dtype;
   p.q_scale = dtype_is(o.q_dtype, DSV4_DTYPE_CODE_FLOAT8_E4M3FN, 8) ? o.q_scale : 1.0f;
   p.softmax_scale = o.softmax_scale;
   p.max_tokens = o.max_tokens;

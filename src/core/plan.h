@@ -19,6 +19,10 @@ struct dsv4_plan {
 
 namespace dsv4::detail {
 
+// The smallest dsv4_plan_options a caller may hand over: libdsv4 0.1's (it ends before out_dtype);
+// fields past the caller's struct_size keep their defaults.
+constexpr size_t kPlanOptionsMinSize = offsetof(dsv4_plan_options, out_dtype);
+
 // dsv4_plan_options_init values.
 dsv4_plan_options plan_options_default_values();
 

@@ -360,7 +360,9 @@ bool build_mod_run(const dsv4_plan& plan, const dsv4_run_args& a, dsv4_mod_run& 
   }
   require_dim(out, out.ndim - 1, o.head_dim_v, DSV4_STATUS_INVALID_ARGUMENT,
               "must be head_dim_v %d", o.head_dim_v);
-  require_dtype(out, kBf16, DSV4_STATUS_INVALID_ARGUMENT);
+  if (!dtype_equal(out.dtype, o.out_dtype))
+    fail(DSV4_STATUS_PLAN_MISMATCH, "args->out->dtype = %s but the plan has out_dtype %s",
+         dtype_name(out.dtype).c_str(), dtype_name(o.out_dtype).c_str());
   require_last_contiguous(out);
   r.out = token_view(out);
 

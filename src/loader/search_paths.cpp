@@ -11,11 +11,12 @@
 #include <set>
 
 #include "base/env.h"
+#include "base/error.h"
 #include "base/log.h"
 #include "dsv4/dsv4.h"
 
-#ifndef DSV4_BACKEND_INSTALL_DIR
-#error "DSV4_BACKEND_INSTALL_DIR must be defined by the build"
+#if !defined(DSV4_BACKEND_INSTALL_DIR) || !defined(DSV4_INSTALL_LIBDIR)
+#error "DSV4_BACKEND_INSTALL_DIR and DSV4_INSTALL_LIBDIR must be defined by the build"
 #endif
 
 namespace dsv4::detail {
@@ -27,9 +28,26 @@ std::string real_path(const std::string& path) {
   return buffer;
 }
 
-bool is_directory(const std::string& path) {
+// Why `path` cannot be searched ("" if it is a directory).
+const char* not_searchable(const std::string& path) {
   struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  if (stat(path.c_str(), &st) != 0) return "does not exist";
+  return S_ISDIR(st.st_mode) ? "" : "not a directory";
+}
+
+// A relative directory would resolve against the current directory, which is never searched.
+constexpr const char* kRelativeReason =
+    "is not an absolute path (a relative one would resolve against the current directory, which "
+    "is never searched for modules)";
+
+// The configured install directory belongs to the install libdsv4 was configured for. It is
+// searched only when this libdsv4 runs from there (then it is libdir/dsv4/backends anyway), or
+// when its own location is unknown: a moved or copied install must not load another version's
+// modules.
+bool is_this_install(const std::string& lib) {
+  if (lib.empty()) return true;
+  const std::string configured = real_path(DSV4_INSTALL_LIBDIR);
+  return !configured.empty() && configured == lib;
 }
 }  // namespace
 
@@ -46,8 +64,12 @@ std::string library_dir() {
 
 std::vector<search_dir> module_search_dirs(const char* option_module_dir, const logger& log) {
   std::vector<search_dir> wanted;
-  if (option_module_dir != nullptr && option_module_dir[0] != '\0')
+  if (option_module_dir != nullptr && option_module_dir[0] != '\0') {
+    if (option_module_dir[0] != '/')
+      fail(DSV4_STATUS_INVALID_ARGUMENT, "options->module_dir = '%s' %s", option_module_dir,
+           kRelativeReason);
     wanted.push_back({option_module_dir, "options.module_dir"});
+  }
   // Ignored in secure-execution mode (setuid): an attacker must not choose code to load.
   if (const char* env = env_get_secure("DSV4_BACKEND_PATH")) {
     std::string list(env);
@@ -57,12 +79,11 @@ std::vector<search_dir> module_search_dirs(const char* option_module_dir, const 
       if (colon == std::string::npos) colon = list.size();
       std::string dir = list.substr(start, colon - start);
       if (!dir.empty()) {
-        // A relative entry would resolve against the current directory, which is never searched.
         if (dir[0] == '/') {
           wanted.push_back({dir, "DSV4_BACKEND_PATH"});
         } else {
-          log.logf(DSV4_LOG_WARN, "DSV4_BACKEND_PATH entry '%s' ignored: not an absolute path",
-                   dir.c_str());
+          log.logf(DSV4_LOG_WARN, "DSV4_BACKEND_PATH entry '%s' ignored: it %s", dir.c_str(),
+                   kRelativeReason);
         }
       }
       start = colon + 1;
@@ -73,14 +94,13 @@ std::vector<search_dir> module_search_dirs(const char* option_module_dir, const 
     wanted.push_back({lib + "/dsv4/backends", "libdir/dsv4/backends"});
     wanted.push_back({lib, "libdir"});
   }
-  wanted.push_back({DSV4_BACKEND_INSTALL_DIR, "install dir"});
+  if (is_this_install(lib)) wanted.push_back({DSV4_BACKEND_INSTALL_DIR, "install dir"});
 
   std::vector<search_dir> dirs;
   std::set<std::string> seen;
   for (auto& d : wanted) {
-    if (!is_directory(d.path)) {
-      log.logf(DSV4_LOG_DEBUG, "search dir %s (%s): not a directory", d.path.c_str(),
-               d.origin.c_str());
+    if (const char* why = not_searchable(d.path); why[0] != '\0') {
+      log.logf(DSV4_LOG_DEBUG, "search dir %s (%s): %s", d.path.c_str(), d.origin.c_str(), why);
       continue;
     }
     const std::string real = real_path(d.path);

@@ -1,6 +1,7 @@
 // Where backend modules are searched for (dsv4.h): options.module_dir, DSV4_BACKEND_PATH,
-// <dir of libdsv4.so>/dsv4/backends, <dir of libdsv4.so>, the install directory. Never the current
-// or the executable's directory.
+// <dir of libdsv4.so>/dsv4/backends, <dir of libdsv4.so>, the configured install directory when
+// libdsv4.so runs from that install. Never the current or the executable's directory: relative
+// directories are refused.
 #pragma once
 
 #include <string>
@@ -11,11 +12,12 @@ namespace dsv4::detail {
 struct logger;
 
 struct search_dir {
-  std::string path;    // as configured (absolute except an explicit options.module_dir)
+  std::string path;    // absolute, as configured
   std::string origin;  // "options.module_dir", "DSV4_BACKEND_PATH", "libdir/dsv4/backends", ...
 };
 
-// The directories in search order, each real directory once.
+// The directories in search order, each real directory once. Throws api_error
+// (INVALID_ARGUMENT) for a relative option_module_dir.
 std::vector<search_dir> module_search_dirs(const char* option_module_dir, const logger& log);
 
 struct module_file {

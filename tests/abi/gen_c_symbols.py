@@ -6,16 +6,15 @@ function.
   gen_c_symbols.py <out.c> <public header>...
 """
 import os
-import re
 import sys
+
+from public_abi import functions
 
 out, headers = sys.argv[1], sys.argv[2:]
 names = set()
 includes = []
 for header in headers:
-    text = re.sub(r"/\*.*?\*/", "", open(header).read(), flags=re.S)
-    # "(dsv4_x_init)(" declares a function that a same-named macro wraps.
-    found = set(re.findall(r"DSV4_API\b[^;{]*?\b(dsv4_\w+)\)?\s*\((?!dsv4_\w+\))", text))
+    found = set(functions(open(header).read()))
     if found:
         includes.append("#include <dsv4/%s>" % os.path.basename(header))
         names |= found

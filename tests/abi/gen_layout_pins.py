@@ -6,10 +6,11 @@ layout_asserts.c:  python3 tests/abi/gen_layout_pins.py > /tmp/pins.inc
 Needs a C compiler (cc). Fields are read from the headers; the numbers come from the compiler.
 """
 import os
-import re
 import subprocess
 import sys
 import tempfile
+
+from public_abi import struct_fields
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEADERS = ["include/dsv4/dsv4_types.h", "include/dsv4/dsv4.h", "include/dsv4/dsv4_paged.h",
@@ -21,32 +22,13 @@ STRUCTS = ["dsv4_device", "dsv4_dtype", "dsv4_tensor", "dsv4_kv_cache_desc", "ds
            "dsv4_backend_iface"]
 
 
-def fields(text, name):
-    m = re.search(r"typedef struct %s \{(.*?)\} %s;" % (name, name), text, re.S)
-    if not m:
-        sys.exit("struct %s not found" % name)
-    body = re.sub(r"/\*.*?\*/", "", m.group(1), flags=re.S)
-    out = []
-    for decl in body.split(";"):
-        decl = " ".join(decl.split())
-        if not decl:
-            continue
-        fn = re.search(r"\(\*\s*(\w+)\)", decl)
-        if fn:
-            out.append(fn.group(1))
-            continue
-        ident = re.search(r"(\w+)\s*(\[[^\]]*\])?$", decl)
-        out.append(ident.group(1))
-    return out
-
-
 def main():
     text = "".join(open(os.path.join(ROOT, h)).read() for h in HEADERS)
     lines = ['#include <stdio.h>', '#include <stddef.h>', '#include <dsv4/dsv4_paged.h>',
              '#include "dsv4_backend.h"', "int main(void) {"]
     for s in STRUCTS:
         lines.append('printf("PIN_SIZE(%s, %%zu);\\n", sizeof(%s));' % (s, s))
-        for f in fields(text, s):
+        for f in struct_fields(text, s):
             lines.append('printf("PIN_OFFSET(%s, %s, %%zu);\\n", offsetof(%s, %s));' % (s, f, s, f))
     lines.append("return 0; }")
     with tempfile.TemporaryDirectory() as tmp:

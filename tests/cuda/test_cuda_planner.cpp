@@ -1,7 +1,7 @@
 // The CUDA module's run planner (backends/cuda/planner.cpp) without a GPU: the invariants every run
 // relies on (its splits cover its chunks, fit the plan's workspace for partials, honour the tuning
-// knobs), the choices on the H200 shapes that docs/performance.md (round 42) measured as the
-// fastest, and when the small-head kernel takes persistent CTAs (round 48).
+// knobs), the choices on the H200 shapes that measured fastest there, and when the small-head
+// kernel takes persistent CTAs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -158,9 +158,9 @@ struct measured_pick {
   const char* fastest;
 };
 
-// The H200's measured fastest choices (docs/performance.md round 42: forced tilings and split
-// counts, and the planner's picks logged by DSV4_CUDA_LOG_RUNS). Where a case had several within
-// the noise, the planner's is listed.
+// The H200's measured fastest choices (bench_cuda with forced tilings and split counts, and the
+// planner's picks logged by DSV4_CUDA_LOG_RUNS). Where a case had several within the noise, the
+// planner's is listed.
 TEST(CudaPlanner, H200PicksTheMeasuredFastest) {
   const measured_pick cases[] = {
       {"CONFIG1", 64, 10, kFp8, 2, "sm90-mma h32 x10"},

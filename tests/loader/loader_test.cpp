@@ -383,6 +383,47 @@ TEST(Loader, CurrentDirectoryIsNeverSearched) {
   if (status == DSV4_STATUS_OK) dsv4_ctx_destroy(ctx);
 }
 
+// Runs `body` with the current directory set to `dir`, restoring it afterwards.
+template <class Body>
+void in_directory(const std::string& dir, Body&& body) {
+  char saved[PATH_MAX];
+  ASSERT_NE(getcwd(saved, sizeof(saved)), nullptr);
+  ASSERT_EQ(chdir(dir.c_str()), 0) << dir;
+  body();
+  ASSERT_EQ(chdir(saved), 0);
+}
+
+TEST(Loader, RelativeModuleDirIsRefused) {
+  // "." would be the current directory, where fake_cwd lives; "cwd" a directory below the
+  // current one. Every entry point refuses both before anything is searched or written.
+  in_directory(std::string(DSV4_FAKE_MODULE_ROOT), [] {
+    for (const std::string dir : {".", "cwd", "./cwd"}) {
+      SCOPED_TRACE("options.module_dir = " + dir);
+      const dsv4_ctx_options options = make_options(&dir);
+      int32_t count = -7;
+      EXPECT_EQ(dsv4_enumerate_backends(&options, nullptr, 0, &count),
+                DSV4_STATUS_INVALID_ARGUMENT);
+      EXPECT_EQ(count, -7);
+      const std::string message = dsv4_last_error_message();
+      EXPECT_TRUE(contains(message, "options->module_dir")) << message;
+      EXPECT_TRUE(contains(message, "not an absolute path")) << message;
+
+      dsv4_device_info device;
+      std::memset(&device, 0x5a, sizeof(device));
+      device.struct_size = sizeof(device);
+      EXPECT_EQ(dsv4_get_device_info(&options, "fake_cwd", 0, &device),
+                DSV4_STATUS_INVALID_ARGUMENT);
+      EXPECT_EQ(device.device_id, 0x5a5a5a5a) << "a refused call wrote its output";
+
+      dsv4_ctx_info info;
+      std::string create_message;
+      EXPECT_EQ(create_named(options, "fake_cwd", &info, &create_message),
+                DSV4_STATUS_INVALID_ARGUMENT);
+      EXPECT_TRUE(contains(create_message, "options->module_dir")) << create_message;
+    }
+  });
+}
+
 TEST(Loader, ModuleDirShadowsBuiltinCpu) {
   // A module named "cpu" in options.module_dir comes first in search order and hides the real one.
   const std::string dir = module_dir("shadow_cpu");
@@ -494,6 +535,23 @@ TEST(LoaderEnvPath, ModuleDirComesFirstAndOtherIsShadowed) {
   std::string message;
   ASSERT_EQ(create_named(options, "fake_shadow", &info, &message), DSV4_STATUS_OK) << message;
   EXPECT_TRUE(contains(info.path, dir_a)) << info.path;
+}
+
+TEST(LoaderEnvPathRelative, RelativeEntriesAreIgnoredWithAReason) {
+  // DSV4_BACKEND_PATH = "cwd:<root>/ok": the relative entry names a real module directory below
+  // the current one; it must be skipped with a warning, and the absolute entry still searched.
+  const char* path = std::getenv("DSV4_BACKEND_PATH");
+  ASSERT_NE(path, nullptr) << "run through ctest (loader_env_path_relative)";
+  ASSERT_EQ(std::string(path).rfind("cwd:", 0), 0u) << path;
+  in_directory(std::string(DSV4_FAKE_MODULE_ROOT), [] {
+    LogCapture log;
+    const dsv4_ctx_options options = make_options(nullptr, &log);
+    const auto infos = enumerate(&options);
+    for (const auto& info : infos) EXPECT_FALSE(contains(info.path, "fake_cwd")) << info.path;
+    EXPECT_NE(find_available(infos, "fake_ok"), nullptr) << describe(infos);
+    const std::string warning = log.find({"DSV4_BACKEND_PATH", "'cwd'", "not an absolute path"});
+    EXPECT_NE(warning, "") << log.dump();
+  });
 }
 
 TEST(LoaderEnvLogLevel, EnvLevelAppliesWhenOptionsSayMinusOne) {

@@ -11,25 +11,29 @@ __array_interface__, CPU DLPack producers). Every failing call raises Dsv4Error.
 """
 import ctypes
 import dataclasses
+import itertools
+import sys
 import threading
+import weakref
 
 from . import _lib
 from ._constants import (API_VERSION, DTypeCode, DeviceType, ExportFormat, IndexFormat,
                          KvCacheFlag, KvLayout, LogLevel, Mode, PlanFlag, Status)
 from ._lib import Dsv4Error, load_library
-from ._tensor import (DType, Tensor, as_device, as_dtype, as_tensor, bfloat16, float8_e4m3fn,
-                      float16, float32, float64, int8, int16, int32, int64, uint8, uint16,
-                      uint32, uint64)
+from . import _device, _tensor
+from ._tensor import (DType, Tensor, as_device, as_dtype, as_tensor, bfloat16, device_name,
+                      float8_e4m3fn, float16, float32, float64, int8, int16, int32, int64, uint8,
+                      uint16, uint32, uint64)
 
 __all__ = [
     "API_VERSION", "BackendInfo", "Context", "ContextInfo", "DType", "DTypeCode", "DeviceInfo",
     "DeviceType", "Dsv4Error", "ExportFormat", "IndexFormat", "KvCacheDesc", "KvCacheFlag",
-    "KvLayout",
-    "KvLayoutInfo", "LogLevel", "Mode", "Plan", "PlanFlag", "PlanInfo", "Status", "Tensor",
-    "as_device", "as_dtype", "as_tensor", "bfloat16", "enumerate_backends", "export_indices",
-    "float16", "float32", "float64", "float8_e4m3fn", "int8", "int16", "int32", "int64",
-    "kv_layout_info", "kv_write", "load_library", "device_info", "status_string", "uint8",
-    "uint16", "uint32", "uint64", "version", "version_number",
+    "KvLayout", "KvLayoutInfo", "LogLevel", "Mode", "Plan", "PlanFlag", "PlanInfo", "Status",
+    "Tensor", "as_device", "as_dtype", "as_tensor", "bfloat16", "device_info",
+    "enumerate_backends", "export_indices", "float16", "float32", "float64", "float8_e4m3fn",
+    "int8", "int16", "int32", "int64", "kv_layout_info", "kv_write", "load_library", "merge",
+    "plan_by_id", "status_string", "uint8", "uint16", "uint32", "uint64", "version",
+    "version_number",
 ]
 
 
@@ -103,18 +107,19 @@ class KvLayoutInfo:
 
 @dataclasses.dataclass
 class KvCacheDesc:
-    """dsv4_kv_cache_desc. block_stride_bytes 0 = the layout's minimum."""
+    """dsv4_kv_cache_desc. block_stride_bytes 0 = the layout's minimum; flags: KvCacheFlag."""
     layout: int
     block_size: int
     block_stride_bytes: int = 0
     kv_scale: float = 1.0
+    flags: int = 0
 
 
 def _fill_cache_desc(target, spec, name):
     """Sets a CKvCacheDesc from a KvCacheDesc or a dict of its field names (others kept)."""
     fields = dataclasses.asdict(spec) if isinstance(spec, KvCacheDesc) else dict(spec)
     for key, value in fields.items():
-        if key not in ("layout", "block_size", "block_stride_bytes", "kv_scale"):
+        if key not in ("layout", "block_size", "block_stride_bytes", "kv_scale", "flags"):
             raise TypeError("%s: unknown cache field %r" % (name, key))
         setattr(target, key, value)
 
@@ -221,33 +226,104 @@ class Context(_Closable):
 
 
 # --------------------------------------------- plan ---------------------------------------------
-class _Call:
-    """Builds the tensor pointers of one call and keeps every Tensor alive until it returns."""
+_GPU_DEVICES = (DeviceType.CUDA, DeviceType.ROCM, DeviceType.CUDA_MANAGED)
 
-    def __init__(self):
+
+_torch_tensor_type = None  # torch.Tensor once torch is imported (see _Call)
+
+
+class _Call:
+    """The tensors of one call, borrowed on the call's device and stream and kept alive until it
+    returns. The stream is the one given, else the producer's current stream (the first torch /
+    CuPy tensor's framework, a __cuda_array_interface__ v3 `stream`), else the default stream;
+    device producers are ordered before it (DLPack stream protocol, events for torch tensors under
+    another stream and for __cuda_array_interface__ streams). No host synchronisation."""
+
+    def __init__(self, device, stream, tensors):
+        """tensors: name -> value (None values are skipped)."""
+        global _torch_tensor_type
+        self.device = device
         self.keep = []
+        self.framework = None
+        for value in tensors.values():
+            if value is not None:
+                self.framework = _device.framework_of(value)
+                if self.framework:
+                    break
+        if self.framework == "torch" and _torch_tensor_type is None:
+            _torch_tensor_type = sys.modules["torch"].Tensor
+        gpu = device[0] in _GPU_DEVICES
+        if stream is not None:
+            self.stream = _device.stream_handle(stream)
+            if gpu and any(_device.framework_of(v) == "torch" for v in tensors.values()):
+                _device.torch_order_before(device[1], self.stream)
+        elif gpu and self.framework:
+            self.stream = _device.current_stream(self.framework, device[1])
+        else:
+            self.stream = self._interface_stream(tensors.values()) if gpu else 0
+
+    @staticmethod
+    def _interface_stream(values):
+        for value in values:
+            interface = getattr(value, "__cuda_array_interface__", None)
+            if interface is not None and interface.get("version", 0) >= 3 and \
+                    interface.get("stream"):
+                return int(interface["stream"])
+        return 0
+
+    def tensor(self, name, value):
+        if hasattr(value, "__dlpack_device__") and not isinstance(value, Tensor) and \
+                _device.framework_of(value) != "torch":
+            # Checked before the export, which would order the producer before our stream.
+            self._check_device(name, as_device(tuple(value.__dlpack_device__())))
+        try:
+            tensor = as_tensor(value, stream=self.stream)
+        except (TypeError, ValueError) as error:
+            raise type(error)("%s: %s" % (name, error)) from None
+        self._check_device(name, tensor.device)
+        if tensor.stream is not None and (tensor.stream or 1) != (self.stream or 1):
+            # (0 and 1 both name the legacy default stream.)
+            _device.cuda_stream_wait(self.device[1], self.stream, tensor.stream)
+        self.keep.append(tensor)
+        return tensor
 
     def pointer(self, name, value, writable=False):
-        tensor = as_tensor(value)
+        if type(value) is _torch_tensor_type:  # the hot path: no Tensor object
+            c, device, entry = _tensor.torch_descriptor(value)
+            if device != self.device:
+                self._check_device(name, device)
+            self.keep.append(entry)
+            return ctypes.pointer(c)
+        tensor = self.tensor(name, value)
         if writable and tensor.readonly:
             raise ValueError("%s: the buffer is read-only but libdsv4 writes it" % name)
-        self.keep.append(tensor)
         return ctypes.pointer(tensor.c)
 
+    def _check_device(self, name, device):
+        if tuple(device) != tuple(self.device):
+            raise ValueError("%s: the tensor is on %s but the context's device is %s" %
+                             (name, device_name(device), device_name(self.device)))
 
-_RUN_OUTPUTS = ("out", "lse", "max_logits")
+
+_RUN_OUTPUTS = frozenset(("out", "lse", "max_logits"))
+_RUN_TENSORS = frozenset(_lib.RUN_TENSORS)
+_templates = {}
+
+
+def _new_args(cls, init_function):
+    """A fresh args struct as its _init function sets it (copied from a cached first init)."""
+    template = _templates.get(cls)
+    if template is None:
+        template = _templates[cls] = _lib.init_struct(cls, init_function)
+    return cls.from_buffer_copy(template)
 
 
 def _fill_run_args(call, args, tensors):
     for name, value in tensors.items():
-        if name not in _lib.RUN_TENSORS:
+        if name not in _RUN_TENSORS:
             raise TypeError("unknown tensor argument %r" % name)
         if value is not None:
             setattr(args, name, call.pointer(name, value, name in _RUN_OUTPUTS))
-
-
-def _stream(stream):
-    return None if stream is None else ctypes.c_void_p(int(stream))
 
 
 def _destroy_plan(handle):
@@ -256,9 +332,22 @@ def _destroy_plan(handle):
         handle.value = None
 
 
+_plan_ids = itertools.count(1)
+_live_plans = weakref.WeakValueDictionary()
+
+
+def plan_by_id(plan_id):
+    """The live Plan whose `id` this is (framework ops carry plans as integers)."""
+    found = _live_plans.get(plan_id)
+    if found is None:
+        raise ValueError("plan: no live dsv4 plan has id %d" % plan_id)
+    return found
+
+
 class Plan(_Closable):
     """An immutable dsv4_plan. Keyword options are dsv4_plan_options field names; swa_cache and
-    extra_cache take a KvCacheDesc or a dict of its fields; q_dtype any dtype spec."""
+    extra_cache take a KvCacheDesc or a dict of its fields; q_dtype and out_dtype any dtype spec. `id` is an
+    integer naming the plan for plan_by_id (unique in the process)."""
 
     def __init__(self, ctx, **options):
         lib = _lib.lib()
@@ -269,15 +358,24 @@ class Plan(_Closable):
                 raise TypeError("Plan() got an unknown option %r" % key)
             if key in ("swa_cache", "extra_cache"):
                 _fill_cache_desc(getattr(c_options, key), value, key)
-            elif key == "q_dtype":
-                c_options.q_dtype = _lib.CDType(*as_dtype(value))
+            elif key in ("q_dtype", "out_dtype"):
+                setattr(c_options, key, _lib.CDType(*as_dtype(value)))
             else:
                 setattr(c_options, key, value)
         self.ctx = ctx
+        self.device = ctx.device
         self._handle = ctypes.c_void_p()  # shared with ctx._plan_handles; nulled when destroyed
         lib.dsv4_plan_create(ctx.handle, ctypes.byref(c_options), ctypes.byref(self._handle))
         ctx._plan_handles[id(self._handle)] = self._handle
-        self._workspace = threading.local()
+        self.id = next(_plan_ids)
+        _live_plans[self.id] = self
+        size = ctypes.c_size_t(0)
+        lib.dsv4_plan_get_workspace_size(self._handle, ctypes.byref(size))
+        self._workspace_size = size.value  # the plan is immutable
+        self._host_workspaces = threading.local()
+        self._torch_calls = threading.local()  # geometry -> argument struct (_run_torch)
+        self._device_workspaces = {}  # stream handle -> framework tensor
+        self._lock = threading.Lock()
 
     @property
     def handle(self):
@@ -287,9 +385,8 @@ class Plan(_Closable):
 
     @property
     def workspace_size(self):
-        size = ctypes.c_size_t(0)
-        _lib.lib().dsv4_plan_get_workspace_size(self.handle, ctypes.byref(size))
-        return size.value
+        self.handle  # raises once closed
+        return self._workspace_size
 
     @property
     def info(self):
@@ -300,55 +397,135 @@ class Plan(_Closable):
 
     def _host_workspace(self):
         # One per thread: concurrent runs of a plan need distinct workspaces.
-        size = self.workspace_size
-        buffer = getattr(self._workspace, "buffer", None)
-        if buffer is None or len(buffer) < size:
-            buffer = self._workspace.buffer = ctypes.create_string_buffer(max(size, 1))
+        size = self._workspace_size
+        buffer = getattr(self._host_workspaces, "buffer", None)
+        if buffer is None:
+            buffer = self._host_workspaces.buffer = ctypes.create_string_buffer(max(size, 1))
         return ctypes.cast(buffer, ctypes.c_void_p), size
+
+    def workspace(self, stream=None, framework=None):
+        """The workspace this plan uses on `stream` when run without workspace=: allocated once
+        per (plan, stream) through `framework` ("torch" or "cupy"; None: the one imported) on
+        the plan's device, on first use. Call it before a CUDA graph capture so that the capture
+        allocates nothing."""
+        if self.device[0] == DeviceType.CPU:
+            return None
+        key = _device.stream_handle(stream)
+        with self._lock:
+            found = self._device_workspaces.get(key)
+            if found is None:
+                found = _device.allocate_bytes(framework, self.device, self._workspace_size)
+                self._device_workspaces[key] = found
+        return found
+
+    def set_workspace(self, workspace, stream=None):
+        """Makes runs on `stream` that pass no workspace= use `workspace` (a tensor on the plan's
+        GPU of at least workspace_size bytes, kept alive by the plan) instead of one the plan
+        allocates. CPU plans use a host buffer per thread."""
+        if self.device[0] == DeviceType.CPU:
+            raise ValueError("workspace: CPU plans use a host buffer per thread")
+        tensor = _Call(self.device, stream, dict(workspace=workspace)).tensor("workspace",
+                                                                               workspace)
+        if tensor.nbytes < self._workspace_size:
+            raise ValueError("workspace: %d bytes but the plan needs %d" %
+                             (tensor.nbytes, self._workspace_size))
+        with self._lock:
+            self._device_workspaces[_device.stream_handle(stream)] = workspace
 
     def run(self, workspace=None, workspace_bytes=None, stream=None, **tensors):
         """One dsv4_run. Tensor keywords are dsv4_run_args field names (q, swa_cache, out,
-        indices, ...). workspace: None (a host buffer owned by the plan; CPU contexts only), a
-        pointer with workspace_bytes, or a Tensor / buffer on the plan's device."""
+        indices, ...): Tensors, torch tensors, DLPack producers, __cuda_array_interface__ or
+        buffer objects on the plan's device. stream: a stream handle or object (None: the
+        producer's current stream, see _Call). workspace: None (the plan's own: a host buffer per
+        thread on CPU, one torch / CuPy tensor per stream on a GPU), a pointer with
+        workspace_bytes, or a tensor on the plan's device."""
+        self._run(tensors, workspace, workspace_bytes, stream)
+
+    def _run(self, tensors, workspace=None, workspace_bytes=None, stream=None):
+        """run() with the tensors as a dict (no keyword repacking: framework ops call this)."""
+        if workspace is None and stream is None and _torch_tensor_type is not None and \
+                self._run_torch(tensors):
+            return
         lib = _lib.lib()
-        args = _lib.init_struct(_lib.CRunArgs, lib.dsv4_run_args_init)
-        call = _Call()
+        args = _new_args(_lib.CRunArgs, lib.dsv4_run_args_init)
+        call = _Call(self.device, stream, tensors)
         _fill_run_args(call, args, tensors)
         if workspace is None:
-            if self.ctx.device[0] != DeviceType.CPU and self.workspace_size:
-                raise ValueError("pass workspace= on the plan's device (%d bytes)" %
-                                 self.workspace_size)
-            args.workspace, args.workspace_bytes = self._host_workspace()
+            args.workspace, args.workspace_bytes = self._own_workspace(call)
         elif isinstance(workspace, int):
             args.workspace = workspace
             args.workspace_bytes = workspace_bytes if workspace_bytes is not None else \
-                self.workspace_size
+                self._workspace_size
         else:
-            tensor = as_tensor(workspace)
-            call.keep.append(tensor)
-            args.workspace = tensor.data + tensor.c.byte_offset
+            tensor = call.tensor("workspace", workspace)
+            args.workspace = tensor.pointer
             args.workspace_bytes = tensor.nbytes if workspace_bytes is None else workspace_bytes
-        args.stream = _stream(stream)
+        args.stream = call.stream or None
         lib.dsv4_run(self.handle, ctypes.byref(args))
+
+    def _own_workspace(self, call):
+        """(pointer, bytes) of the plan's workspace for the call's stream."""
+        if self.device[0] == DeviceType.CPU:
+            return self._host_workspace()
+        if not self._workspace_size:
+            return None, 0
+        space = self._device_workspaces.get(call.stream)
+        if space is None:
+            space = self.workspace(call.stream, call.framework)
+        return call.tensor("workspace", space).pointer, self._workspace_size
+
+    def _run_torch(self, tensors):
+        """The host's fast path for torch tensors on the producer's stream: the argument struct
+        of a given geometry (names, shapes, strides, dtypes, devices) is built once per thread
+        and reused with new data pointers. False when a value is not a plain torch tensor."""
+        key, pointers = [], []
+        for name, value in tensors.items():
+            if value is not None:
+                if type(value) is not _torch_tensor_type:
+                    return False
+                key.append((name, value.shape, value.stride(), value.dtype, value.device))
+                pointers.append(value.data_ptr())
+        key = tuple(key)
+        cache = self._torch_calls.__dict__
+        entry = cache.get(key)
+        if entry is None:
+            if len(cache) >= 64:
+                cache.clear()
+            call = _Call(self.device, None, tensors)  # validates names and devices
+            args = _new_args(_lib.CRunArgs, _lib.lib().dsv4_run_args_init)
+            _fill_run_args(call, args, tensors)
+            views = [getattr(args, item[0]).contents for item in key]
+            entry = cache[key] = (args, views, call.keep, call.framework)
+        args, views, _, framework = entry
+        for view, pointer in zip(views, pointers):
+            view.data = pointer or None
+        gpu = self.device[0] in _GPU_DEVICES
+        call = _Call.__new__(_Call)  # the workspace's stream, without rescanning the tensors
+        call.device, call.keep, call.framework = self.device, [], framework
+        call.stream = _device.current_stream(framework, self.device[1]) if gpu else 0
+        args.workspace, args.workspace_bytes = self._own_workspace(call)
+        args.stream = call.stream or None
+        _lib.lib().dsv4_run(self.handle, ctypes.byref(args))
+        return True
 
     def close(self):
         _destroy_plan(self._handle)
         self.ctx._plan_handles.pop(id(self._handle), None)
-
+        self._device_workspaces.clear()
 
 
 # ----------------------------------- KV writer, export, layouts ---------------------------------
 def kv_write(ctx, cache_desc, values, slots, cache, stream=None):
     """dsv4_kv_write: quantises rows `values` [N, d] (bf16/fp32) into `cache` at `slots` [N]
-    int32 (negative = skip). cache_desc: KvCacheDesc or dict."""
+    int32 (negative = skip). cache_desc: KvCacheDesc or dict. stream: as in Plan.run."""
     lib = _lib.lib()
-    args = _lib.init_struct(_lib.CKvWriteArgs, lib.dsv4_kv_write_args_init)
+    args = _new_args(_lib.CKvWriteArgs, lib.dsv4_kv_write_args_init)
     _fill_cache_desc(args.cache_desc, cache_desc, "cache_desc")
-    call = _Call()
+    call = _Call(ctx.device, stream, dict(values=values, slots=slots, cache=cache))
     args.values = call.pointer("values", values)
     args.slots = call.pointer("slots", slots)
     args.cache = call.pointer("cache", cache, writable=True)
-    args.stream = _stream(stream)
+    args.stream = call.stream or None
     lib.dsv4_kv_write(ctx.handle, ctypes.byref(args))
 
 
@@ -356,20 +533,39 @@ def export_indices(plan, format=ExportFormat.FLASHMLA, stream=None, **tensors):
     """dsv4_export_indices: the lists a paged run of `plan` would build. Batch keywords are
     dsv4_run_args names (query_start_loc, seq_lens, swa_block_table, cmp_block_table,
     slot_mapping, topk_indices, swa_cache, extra_cache); outputs are dsv4_export_args names
-    (swa_indices, swa_lengths, cmp_indices, ...)."""
+    (swa_indices, swa_lengths, cmp_indices, ...). stream: as in Plan.run."""
     lib = _lib.lib()
-    batch = _lib.init_struct(_lib.CRunArgs, lib.dsv4_run_args_init)
-    args = _lib.init_struct(_lib.CExportArgs, lib.dsv4_export_args_init)
-    call = _Call()
+    batch = _new_args(_lib.CRunArgs, lib.dsv4_run_args_init)
+    args = _new_args(_lib.CExportArgs, lib.dsv4_export_args_init)
     outputs = {k: v for k, v in tensors.items() if k in _lib.EXPORT_TENSORS}
-    _fill_run_args(call, batch, {k: v for k, v in tensors.items() if k not in outputs})
+    inputs = {k: v for k, v in tensors.items() if k not in outputs}
+    call = _Call(plan.device, stream, tensors)
+    _fill_run_args(call, batch, inputs)
     for name, value in outputs.items():
         if value is not None:
             setattr(args, name, call.pointer(name, value, writable=True))
     args.format = format
     args.batch = ctypes.pointer(batch)
-    args.stream = _stream(stream)
+    args.stream = call.stream or None
     lib.dsv4_export_indices(plan.handle, ctypes.byref(args))
+
+
+def merge(ctx, stream=None, **tensors):
+    """dsv4_merge (spec 12.2): out / lse of the union of P disjoint key sets from their partial
+    results out_parts [P, ..., H, 512] and lse_parts [P, ..., H] (computed without the sink),
+    applying attn_sink [H] (optional) once. Keywords are dsv4_merge_args names; stream as in
+    Plan.run."""
+    lib = _lib.lib()
+    for name in tensors:
+        if name not in _lib.MERGE_TENSORS:
+            raise TypeError("unknown tensor argument %r" % name)
+    args = _new_args(_lib.CMergeArgs, lib.dsv4_merge_args_init)
+    call = _Call(ctx.device, stream, tensors)
+    for name, value in tensors.items():
+        if value is not None:
+            setattr(args, name, call.pointer(name, value, name in ("out", "lse")))
+    args.stream = call.stream or None
+    lib.dsv4_merge(ctx.handle, ctypes.byref(args))
 
 
 def kv_layout_info(layout, block_size):

@@ -6,6 +6,8 @@ offsets are checked against the pins of tests/abi/layout_asserts.c by the bindin
 import ctypes
 import ctypes.util
 import os
+import sys
+import sysconfig
 import threading
 
 from ._constants import Status
@@ -86,7 +88,7 @@ class CPlanOptions(_c.Structure):
                 ("max_model_len", _c.c_int64), ("max_requests", _c.c_int32),
                 ("max_swa_blocks_per_request", _c.c_int32),
                 ("max_cmp_blocks_per_request", _c.c_int32),
-                ("compressed_block_tokens", _c.c_int32)]
+                ("compressed_block_tokens", _c.c_int32), ("out_dtype", CDType)]
 
 
 class CPlanInfo(_c.Structure):
@@ -116,11 +118,14 @@ class CKvWriteArgs(_c.Structure):
                 ("stream", _c.c_void_p)]
 
 
+# Tensor fields of dsv4_merge_args, in declaration order (out and lse are written).
+MERGE_TENSORS = ("out_parts", "lse_parts", "attn_sink", "out", "lse")
+
+
 class CMergeArgs(_c.Structure):
-    _fields_ = [("struct_size", _c.c_uint32), ("reserved", _c.c_uint32),
-                ("out_parts", _c.POINTER(CTensor)), ("lse_parts", _c.POINTER(CTensor)),
-                ("attn_sink", _c.POINTER(CTensor)), ("out", _c.POINTER(CTensor)),
-                ("lse", _c.POINTER(CTensor)), ("stream", _c.c_void_p)]
+    _fields_ = ([("struct_size", _c.c_uint32), ("reserved", _c.c_uint32)] +
+                [(name, _c.POINTER(CTensor)) for name in MERGE_TENSORS] +
+                [("stream", _c.c_void_p)])
 
 
 # ---------------------------------------- dsv4_paged.h ------------------------------------------
@@ -208,8 +213,11 @@ def _errcheck(lib):
     return check
 
 
+LIBRARY_NAME = "libdsv4.so.0"
+
+
 def _candidates(path):
-    """Library paths to try, in order (see find_library)."""
+    """Library paths to try, in order (see load_library)."""
     if path:
         return [os.fspath(path)]
     found = []
@@ -217,11 +225,20 @@ def _candidates(path):
     if env:
         found.append(env)
     here = os.path.dirname(os.path.abspath(__file__))
-    for directory in (here, os.path.dirname(here)):
-        candidate = os.path.join(directory, "libdsv4.so.0")
+    try:
+        from . import _paths  # written by cmake --install or by a pip install given DSV4_LIBRARY
+        found.append(os.path.normpath(os.path.join(here, _paths.LIBRARY)))
+    except ImportError:
+        pass
+    directories = [here, os.path.dirname(here)]
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    for libdir in ["lib", "lib64"] + (["lib/" + multiarch] if multiarch else []):
+        directories.append(os.path.join(sys.prefix, libdir))
+    for directory in directories:
+        candidate = os.path.join(directory, LIBRARY_NAME)
         if os.path.exists(candidate):
             found.append(candidate)
-    found.append(ctypes.util.find_library("dsv4") or "libdsv4.so.0")
+    found.append(ctypes.util.find_library("dsv4") or LIBRARY_NAME)
     return found
 
 
@@ -241,10 +258,13 @@ _lock = threading.Lock()
 
 
 def load_library(path=None):
-    """Loads libdsv4 once (RTLD_LOCAL): `path`, else $DSV4_LIBRARY, else libdsv4.so.0 next to
-    the package, else the dynamic linker's search (ctypes.util.find_library / ld.so path).
-    A later call with a different explicit path is an error; without a path it returns the
-    library already loaded."""
+    """Loads libdsv4 once (RTLD_LOCAL), from the first of: `path`; $DSV4_LIBRARY; the path
+    recorded at install time in dsv4/_paths.py (cmake --install: relative to the package; pip
+    install with DSV4_LIBRARY set: that path); libdsv4.so.0 beside the package; sys.prefix/lib
+    (lib64, lib/<multiarch>), e.g. a venv the library was installed into with
+    `cmake --install build --prefix $VIRTUAL_ENV`; the dynamic linker's search. The library finds
+    its backend modules itself (<its directory>/dsv4/backends). A later call with a different
+    explicit path is an error; without a path it returns the library already loaded."""
     global _loaded
     with _lock:
         if _loaded is not None:

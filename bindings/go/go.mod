@@ -1,0 +1,3 @@
+module dsv4
+
+go 1.19
