@@ -392,6 +392,7 @@ hipError_t attention_launch(kernel_family f, const attention_params& p, hipStrea
   m.lse_stride_h = 1;
   m.max_parts = p.partial_max;
   m.attn_sink = p.attn_sink;
+  m.out_f32 = p.out_f32;
   m.out = p.out;
   m.lse = p.lse;
   m.max_logits = p.max_logits;

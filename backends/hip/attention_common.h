@@ -285,7 +285,18 @@ DSV4_DEV void load_floats(const float* src, float* out) {
 // lse / max logit for merge_launch.
 constexpr float kLn2 = 0.6931471805599453f;
 
-DSV4_DEV void store_bf16x8(const attention_params& p, int64_t off, const float* v) {
+// Dims [d, d + 8) of an out row at element offset `off`, in the plan's out_dtype.
+DSV4_DEV void store_out8(const attention_params& p, int64_t off, const float* v) {
+  if (p.out_f32) {
+    float* out = static_cast<float*>(p.out.data) + off;
+    if ((reinterpret_cast<uintptr_t>(out) & 15u) == 0) {
+      *reinterpret_cast<float4*>(out) = make_float4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<float4*>(out + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+      for (int i = 0; i < 8; ++i) out[i] = v[i];
+    }
+    return;
+  }
   uint16_t* out = static_cast<uint16_t*>(p.out.data) + off;
   uint32_t w[4];
   for (int i = 0; i < 4; ++i)
@@ -312,7 +323,7 @@ DSV4_DEV void finish_row(const attention_params& p, const block_item& item, int 
     if (!empty) f = (p.attn_sink != nullptr ? sink_factor(p.attn_sink[h], lse) : 1.0f) / l;
     float v[8];
     for (int j = 0; j < 8; ++j) v[j] = o[j] * f;
-    store_bf16x8(p, token_offset(p.out, t, p.seq_q, h) + dim0, v);
+    store_out8(p, token_offset(p.out, t, p.seq_q, h) + dim0, v);
     if (!stats) return;
     if (p.lse.data != nullptr)
       static_cast<float*>(p.lse.data)[token_offset(p.lse, t, p.seq_q, h)] = lse;

@@ -254,10 +254,15 @@ __global__ void DSV4_KERNEL_BOUNDS(kMfmaThreads) attention_mfma_kernel(const att
     if (p.num_splits == 1) {
       float f = 0.0f;
       if (!empty) f = (p.attn_sink != nullptr ? sink_factor(p.attn_sink[h], lse) : 1.0f) / l;
-      uint16_t* out = static_cast<uint16_t*>(p.out.data) + token_offset(p.out, t, p.seq_q, h);
+      const int64_t off = token_offset(p.out, t, p.seq_q, h) + part * S::kPvTiles * 16 + lane % 16;
 #pragma unroll
-      for (int n = 0; n < S::kPvTiles; ++n)
-        out[(part * S::kPvTiles + n) * 16 + lane % 16] = f32_to_bf16(o[n][i] * f);
+      for (int n = 0; n < S::kPvTiles; ++n) {
+        if (p.out_f32) {
+          static_cast<float*>(p.out.data)[off + n * 16] = o[n][i] * f;
+        } else {
+          static_cast<uint16_t*>(p.out.data)[off + n * 16] = f32_to_bf16(o[n][i] * f);
+        }
+      }
       if (stats && p.lse.data != nullptr)
         static_cast<float*>(p.lse.data)[token_offset(p.lse, t, p.seq_q, h)] = lse;
       if (stats && p.max_logits.data != nullptr)

@@ -29,6 +29,7 @@ struct attention_params {
   int32_t chunks[2];          // kChunkKeys-key chunks of the main / extra list (from the widths)
   int32_t width[2];           // list widths: positions beyond are never read
   int32_t q_is_fp8;           // 1: q holds e4m3 (per-tensor FP8 plans)
+  int32_t out_f32;            // 1: out is fp32 (the plan's out_dtype: partials for dsv4_merge)
   int32_t aligned16;          // caches allow 16-byte loads (base and block stride)
   float logit_scale_log2[2];  // softmax_scale * q_scale * kv_scale(list) * log2(e)
   float value_scale[2];       // kv_scale of the list's cache (per-tensor FP8), else 1
@@ -60,6 +61,7 @@ struct merge_params {
   int64_t lse_stride_p, lse_stride_t, lse_stride_h;
   const float* max_parts;  // NULL, or the parts' max logits with the lse strides
   const float* attn_sink;  // [H] or NULL
+  int32_t out_f32;         // out holds fp32 (an attention run's out_dtype), else bf16
   dsv4_mod_token_view out;
   dsv4_mod_token_view lse;         // data NULL if not wanted
   dsv4_mod_token_view max_logits;  // data NULL if not wanted

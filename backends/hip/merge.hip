@@ -43,8 +43,14 @@ __global__ void DSV4_KERNEL_BOUNDS(kMergeThreads) merge_kernel(const merge_param
     const float f = m.attn_sink != nullptr ? sink_factor(m.attn_sink[h], lse) : 1.0f;
     for (int i = 0; i < kDimsPerThread; ++i) acc[i] *= f;
   }
-  uint16_t* out = static_cast<uint16_t*>(m.out.data) + token_offset(m.out, t, m.seq_q, h) + d0;
-  for (int i = 0; i < kDimsPerThread; ++i) out[i] = f32_to_bf16(acc[i]);
+  const int64_t off = token_offset(m.out, t, m.seq_q, h) + d0;
+  for (int i = 0; i < kDimsPerThread; ++i) {
+    if (m.out_f32) {
+      static_cast<float*>(m.out.data)[off + i] = acc[i];
+    } else {
+      static_cast<uint16_t*>(m.out.data)[off + i] = f32_to_bf16(acc[i]);
+    }
+  }
   if (threadIdx.x != 0) return;
   if (m.lse.data != nullptr)
     static_cast<float*>(m.lse.data)[token_offset(m.lse, t, m.seq_q, h)] = lse;

@@ -131,9 +131,9 @@ struct plan {
 const char* family_name(kernel_family f) { return f == kernel_family::mfma ? "mfma" : "simt"; }
 
 // What the host cannot know: which kernel serves the plan on this device, and its workspace. This
-// module serves every layout, cache flag and plan flag: batch invariance holds with one key split
-// per token (a row's reduction order then depends on its own lists only: its chunks in list order,
-// its head group's fixed lanes), so batch-invariant plans never split.
+// module serves every layout, cache flag, out_dtype (bf16, fp32) and plan flag: batch invariance
+// holds with one key split per token (a row's reduction order then depends on its own lists only:
+// its chunks in list order, its head group's fixed lanes), so batch-invariant plans never split.
 dsv4_status size_plan(plan* p) {
   const dsv4_mod_plan& o = p->mod;
   p->knobs.heads_per_cta = host_env_int("DSV4_HIP_HEADS_PER_CTA", 0);
@@ -204,6 +204,7 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   a.width[0] = o.list_width[0];
   a.width[1] = o.list_width[1];
   a.q_is_fp8 = o.q_dtype.code == DSV4_DTYPE_CODE_FLOAT8_E4M3FN ? 1 : 0;
+  a.out_f32 = o.out_dtype.code == DSV4_DTYPE_CODE_FLOAT ? 1 : 0;
   a.aligned16 = aligned16(run.swa_cache) && aligned16(run.extra_cache) ? 1 : 0;
   for (int i = 0; i < 2; ++i) {
     // Positive even where the product underflows (a 0 scale would make 0 * -inf NaNs).
