@@ -271,10 +271,11 @@ int launch(dim3 grid, dim3 block, size_t smem, void (*body)(void*), void* ctx) {
   ethread* outer_thread = g_thread;
   g_block = &b;
   int rc = 0;
-  for (unsigned z = 0; z < grid.z && rc == 0; ++z)
-    for (unsigned y = 0; y < grid.y && rc == 0; ++y)
-      for (unsigned x = 0; x < grid.x && rc == 0; ++x) {
-        b.bid = dim3(x, y, z);
+  // Blocks run last to first: a GPU promises no order, and a kernel that relies on one shows.
+  for (unsigned zi = 0; zi < grid.z && rc == 0; ++zi)
+    for (unsigned yi = 0; yi < grid.y && rc == 0; ++yi)
+      for (unsigned xi = 0; xi < grid.x && rc == 0; ++xi) {
+        b.bid = dim3(grid.x - 1 - xi, grid.y - 1 - yi, grid.z - 1 - zi);
         // Shared memory starts as garbage on a GPU: a kernel that reads before writing shows.
         std::memset(b.smem.data(), 0xA5, b.smem.size());
         for (size_t i = 0; i < n; ++i) {

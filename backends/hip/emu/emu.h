@@ -1,6 +1,7 @@
 // A CPU emulator of the GPU execution model the HIP module's kernels use, so that their logic runs
 // here (CI has no GPU) against the float64 reference: a test artefact (DSV4_HIP_EMULATOR builds a
-// module on it), never shipped. One OS thread runs a launch's blocks one after the other; a block's
+// module on it), never shipped. One OS thread runs a launch's blocks one after the other, last
+// block first (a GPU promises no order); a block's
 // threads are coroutines that switch only at barriers (block and warp) and shuffles, so every
 // barrier-separated phase sees exactly what a GPU would guarantee. Warps of 32 or 64 lanes
 // (DSV4_HIP_EMU_WAVE) check the kernels' wave-size independence. Deadlocked barriers (a lane
