@@ -3,6 +3,8 @@
 #   make test       install, build, run every test
 #   make test-asan  the suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench      build and run the CPU benchmarks
+#   make bench-cpu  the CPU benchmark in one run against its roofline and plain PyTorch
+#                   (bench/results/cpu*.json, docs/img/cpu-roofline.png)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
@@ -11,7 +13,7 @@ CMAKE_FLAGS ?=
 WERROR_FLAGS = -DDSV4_WERROR=ON
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: all deps configure build run test test-asan bench clean format format-check
+.PHONY: all deps configure build run test test-asan bench bench-cpu clean format format-check
 
 all: build
 
@@ -42,6 +44,10 @@ test-asan: deps
 
 bench: build
 	$(BUILD)/bin/dsv4_bench_cpu
+
+bench-cpu: build
+	@./.ci/install-deps.sh bench
+	bench/cpu/bench_all.sh $(BUILD)
 
 format:
 	python3 scripts/format.py

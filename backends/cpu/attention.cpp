@@ -142,9 +142,11 @@ attention_kernel::worker_scratch attention_kernel::scratch_for(int worker) const
   return s;
 }
 
-dsv4_status attention_kernel::check_list(const dsv4_mod_run& run, const dsv4_mod_index_list& list,
-                                         const dsv4_mod_cache& cache, uint32_t plan_layout,
-                                         int64_t limit, const char* name) const {
+namespace {
+
+dsv4_status check_list(const dsv4_mod_run& run, const dsv4_mod_index_list& list,
+                       const dsv4_mod_cache& cache, uint32_t plan_layout, int64_t limit,
+                       const char* name) {
   if (list.indices == nullptr) return DSV4_STATUS_OK;
   if (cache.layout != plan_layout)
     return fail(DSV4_STATUS_PLAN_MISMATCH, "%s: cache layout %u, plan has %u", name, cache.layout,
@@ -188,7 +190,25 @@ dsv4_status attention_kernel::check_list(const dsv4_mod_run& run, const dsv4_mod
   return DSV4_STATUS_OK;
 }
 
-attention_kernel::value_scales attention_kernel::scales_of(const dsv4_mod_run& run) const {
+}  // namespace
+
+dsv4_status check_explicit_run(const dsv4_mod_plan& plan, candidate_limits limits,
+                               const dsv4_mod_run& run) {
+  const int64_t T = run.num_tokens;
+  if (T < 0 || (T > 0 && run.seq_q < 1))
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "num_tokens %d with seq_q %d", run.num_tokens,
+                run.seq_q);
+  if (T == 0) return DSV4_STATUS_OK;
+  if (run.q.data == nullptr || run.out.data == nullptr)
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "q or out is NULL");
+  const dsv4_status st =
+      check_list(run, run.main_list, run.swa_cache, plan.cache[0].layout, limits.main, "main list");
+  if (st != DSV4_STATUS_OK) return st;
+  return check_list(run, run.extra_list, run.extra_cache, plan.cache[1].layout, limits.extra,
+                    "extra list");
+}
+
+value_scales value_scales_of(const dsv4_mod_plan& plan, const dsv4_mod_run& run) {
   const float swa_mult = value_multiplier(run.swa_cache);
   const bool has_extra =
       run.extra_list.indices != nullptr && run.extra_cache.layout != DSV4_KV_LAYOUT_NONE;
@@ -197,8 +217,8 @@ attention_kernel::value_scales attention_kernel::scales_of(const dsv4_mod_run& r
   // One common multiplier is folded into the output (as the fused FP8 kernels do); mixed caches
   // weight each row instead.
   v.out = swa_mult == extra_mult ? swa_mult : 1.0f;
-  v.logit[0] = plan_.logit_scale[0];
-  v.logit[1] = has_extra ? plan_.logit_scale[1] : plan_.logit_scale[0];
+  v.logit[0] = plan.logit_scale[0];
+  v.logit[1] = has_extra ? plan.logit_scale[1] : plan.logit_scale[0];
   v.weight[0] = swa_mult / v.out;
   v.weight[1] = extra_mult / v.out;
   return v;
@@ -334,21 +354,11 @@ void attention_kernel::attend(const dsv4_mod_run& run, const value_scales& v, in
 dsv4_status attention_kernel::run(thread_pool& pool, const dsv4_mod_run& run) const {
   const int64_t T = run.num_tokens;
   const int H = plan_.num_heads;
-  if (T < 0 || (T > 0 && run.seq_q < 1))
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "num_tokens %d with seq_q %d", run.num_tokens,
-                run.seq_q);
-  if (T == 0) return DSV4_STATUS_OK;
-  if (run.q.data == nullptr || run.out.data == nullptr)
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "q or out is NULL");
+  const dsv4_status st = check_explicit_run(plan_, limits_, run);
+  if (st != DSV4_STATUS_OK || T == 0) return st;
   if (pool.size() > num_workers_)
     return fail(DSV4_STATUS_INTERNAL, "pool of %d workers, scratch for %d", pool.size(),
                 num_workers_);
-  dsv4_status st = check_list(run, run.main_list, run.swa_cache, plan_.cache[0].layout,
-                              limits_.main, "main list");
-  if (st != DSV4_STATUS_OK) return st;
-  st = check_list(run, run.extra_list, run.extra_cache, plan_.cache[1].layout, limits_.extra,
-                  "extra list");
-  if (st != DSV4_STATUS_OK) return st;
 
   // Work items are (token, head group). Few tokens (decode) split the heads so every worker has
   // work; each group dequantises the token's rows once for all of its heads.
@@ -359,7 +369,7 @@ dsv4_status attention_kernel::run(thread_pool& pool, const dsv4_mod_run& run) co
   const int heads_per_group = static_cast<int>((head_tiles + groups - 1) / groups) * kHeadTile;
   groups = (H + heads_per_group - 1) / heads_per_group;
 
-  const value_scales v = scales_of(run);
+  const value_scales v = value_scales_of(plan_, run);
   pool.parallel_for(T * groups, [&](int64_t item, int worker) {
     const int64_t t = item / groups;
     const int h_begin = static_cast<int>(item % groups) * heads_per_group;

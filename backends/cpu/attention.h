@@ -19,6 +19,19 @@ struct candidate_limits {
   int64_t extra = 0;
 };
 
+// Per-list factors of the per-tensor FP8 layout (kv_scale on raw e4m3 rows), 1 elsewhere.
+struct value_scales {
+  float logit[2];   // the plan's logit_scale of each list; [0] main, [1] extra
+  float weight[2];  // row factor left after `out` is taken out
+  float out;        // common factor applied once to the output
+};
+value_scales value_scales_of(const dsv4_mod_plan& plan, const dsv4_mod_run& run);
+
+// What every explicit-mode kernel checks before writing anything: token counts, q/out, and both
+// candidate lists against their caches and the plan's limits.
+dsv4_status check_explicit_run(const dsv4_mod_plan& plan, candidate_limits limits,
+                               const dsv4_mod_run& run);
+
 class attention_kernel {
  public:
   // `plan` is the host's derived plan (validated once by the host). Allocates the per-worker
@@ -41,17 +54,7 @@ class attention_kernel {
     float* q;           // [head tile][d_qk]
     float* acc;         // [head tile][512]
   };
-  // Per-cache factors of the per-tensor FP8 layout (kv_scale on raw e4m3 rows), 1 elsewhere.
-  struct value_scales {
-    float logit[2];   // the plan's logit_scale of each list; [0] main, [1] extra
-    float weight[2];  // row factor left after `out` is taken out
-    float out;        // common factor applied once to the output
-  };
-  value_scales scales_of(const dsv4_mod_run& run) const;
   worker_scratch scratch_for(int worker) const;
-  dsv4_status check_list(const dsv4_mod_run& run, const dsv4_mod_index_list& list,
-                         const dsv4_mod_cache& cache, uint32_t plan_layout, int64_t limit,
-                         const char* name) const;
   int64_t gather(const dsv4_mod_run& run, const value_scales& v, int64_t t,
                  const worker_scratch& s) const;
   void attend(const dsv4_mod_run& run, const value_scales& v, int64_t t, int h_begin, int h_end,

@@ -12,6 +12,7 @@
 #include "attention.h"
 #include "common/layout.h"
 #include "dsv4_backend.h"
+#include "fast_attention.h"
 #include "host.h"
 #include "kv_write.h"
 #include "merge.h"
@@ -28,12 +29,18 @@
 #define DSV4_CPU_MUTATION 0
 #endif
 
+// Kernel names: cpu-ref-f32 (the exact reference) or cpu-fast-<isa>, plus the mutation.
 #if DSV4_CPU_MUTATION == 1
-#define DSV4_CPU_KERNEL "cpu-ref-f32-mutant-sink"
+#define DSV4_CPU_MUTANT "-mutant-sink"
 #elif DSV4_CPU_MUTATION == 2
-#define DSV4_CPU_KERNEL "cpu-ref-f32-mutant-offbyone"
+#define DSV4_CPU_MUTANT "-mutant-offbyone"
 #else
-#define DSV4_CPU_KERNEL "cpu-ref-f32"
+#define DSV4_CPU_MUTANT ""
+#endif
+#if DSV4_CPU_EMULATE_ISA
+#define DSV4_CPU_FLAVOUR "fast kernels with emulated AVX-512 and AMX"
+#else
+#define DSV4_CPU_FLAVOUR ""
 #endif
 
 namespace dsv4 {
@@ -49,7 +56,9 @@ struct context {
 struct plan {
   context* ctx = nullptr;
   dsv4_mod_plan mod{};  // the host's derived plan
+  // One of the two: the exact reference kernel, or the fast kernels of one ISA.
   std::unique_ptr<attention_kernel> kernel;
+  std::unique_ptr<fast_attention> fast;
   size_t workspace_bytes = 0;
 };
 
@@ -129,10 +138,27 @@ dsv4_status slot_plan_create(void* mctx, const dsv4_mod_plan* mod, void** out_mp
     // Paged runs: the lists first (the host's map), then the explicit kernel's workspace (none).
     p->workspace_bytes = p->mod.lists.bytes;
     const candidate_limits limits = limits_of(p->mod);
-    p->kernel = std::make_unique<attention_kernel>(p->mod, limits, p->ctx->pool->size());
-    log(DSV4_LOG_DEBUG, "plan: %d heads, candidates %lld + %lld, scratch %zu bytes",
+    const dsv4_host_services* h = host();
+    const char* knob = h != nullptr && h->get_env != nullptr ? h->get_env("DSV4_CPU_ISA") : nullptr;
+#if DSV4_CPU_HAVE_FAST
+    const fast_isa isa = choose_fast_isa(p->mod, knob);
+#else
+    (void)knob;
+    const fast_isa isa = fast_isa::none;  // not an x86-64 build: the reference kernel only
+#endif
+    size_t scratch = 0;
+    if (isa == fast_isa::none) {
+      p->kernel = std::make_unique<attention_kernel>(p->mod, limits, p->ctx->pool->size());
+      scratch = p->kernel->scratch_bytes();
+    } else {
+#if DSV4_CPU_HAVE_FAST
+      p->fast = std::make_unique<fast_attention>(p->mod, limits, p->ctx->pool->size(), isa);
+      scratch = p->fast->scratch_bytes();
+#endif
+    }
+    log(DSV4_LOG_DEBUG, "plan: %d heads, candidates %lld + %lld, %s kernel, scratch %zu bytes",
         p->mod.num_heads, static_cast<long long>(limits.main), static_cast<long long>(limits.extra),
-        p->kernel->scratch_bytes());
+        fast_isa_name(isa), scratch);
     *out_mplan = p.release();
     return DSV4_STATUS_OK;
   });
@@ -148,8 +174,15 @@ dsv4_status slot_plan_get_kernel_name(const void* mplan, char* buffer, size_t ca
   if (mplan == nullptr || buffer == nullptr || capacity == 0)
     return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan_get_kernel_name: NULL argument");
   const plan* p = static_cast<const plan*>(mplan);
-  std::snprintf(buffer, capacity, "%s/%s", DSV4_CPU_KERNEL,
-                p->mod.mode == DSV4_MODE_PAGED ? "paged" : "explicit");
+  const char* mode = p->mod.mode == DSV4_MODE_PAGED ? "paged" : "explicit";
+#if DSV4_CPU_HAVE_FAST
+  if (p->fast != nullptr) {
+    std::snprintf(buffer, capacity, "cpu-fast-%s%s/%s", fast_isa_name(p->fast->isa()),
+                  DSV4_CPU_MUTANT, mode);
+    return DSV4_STATUS_OK;
+  }
+#endif
+  std::snprintf(buffer, capacity, "cpu-ref-f32%s/%s", DSV4_CPU_MUTANT, mode);
   return DSV4_STATUS_OK;
 }
 
@@ -158,12 +191,21 @@ dsv4_status slot_run(const void* mplan, const dsv4_mod_run* run) {
     const plan* p = static_cast<const plan*>(mplan);
     const dsv4_status head = check_run_header(fail, mplan, run, p != nullptr ? p->mod.mode : 0u);
     if (head != DSV4_STATUS_OK) return head;
-    if (p->mod.mode == DSV4_MODE_EXPLICIT) return p->kernel->run(*p->ctx->pool, *run);
+    auto attend = [p](const dsv4_mod_run& r) {
+#if DSV4_CPU_HAVE_FAST
+      if (p->fast != nullptr) return p->fast->run(*p->ctx->pool, r);
+#endif
+      return p->kernel->run(*p->ctx->pool, r);
+    };
+    if (p->mod.mode == DSV4_MODE_EXPLICIT) return attend(*run);
 #if DSV4_CPU_HAVE_PAGED
+    // The fast kernels build each token's lists as they gather its rows (nothing is written to
+    // the workspace); the reference kernel reads them from the workspace.
     dsv4_mod_run lists{};
-    const dsv4_status st = cpu_paged_build_lists(p->mod, *run, host(), &lists);
+    const dsv4_status st =
+        cpu_paged_build_lists(p->mod, *run, host(), &lists, /*write_lists=*/p->kernel != nullptr);
     if (st != DSV4_STATUS_OK) return st;
-    return p->kernel->run(*p->ctx->pool, lists);
+    return attend(lists);
 #else
     return fail(DSV4_STATUS_UNSUPPORTED, "run: paged mode is not built into this module");
 #endif
@@ -196,10 +238,12 @@ const dsv4_backend_iface g_iface = {
     sizeof(dsv4_backend_iface),
     DSV4_MODULE_ABI_VERSION,
     "cpu",
-#if DSV4_CPU_MUTATION == 0
-    DSV4_MODULE_VERSION_STRING " (" DSV4_CPU_KERNEL ")",
+#if DSV4_CPU_MUTATION == 0 && !DSV4_CPU_EMULATE_ISA
+    DSV4_MODULE_VERSION_STRING " (fast AVX2 / AVX512_BF16 / AMX kernels, fp32 reference)",
+#elif DSV4_CPU_MUTATION == 0
+    DSV4_MODULE_VERSION_STRING " (" DSV4_CPU_FLAVOUR ": test builds only)",
 #else
-    DSV4_MODULE_VERSION_STRING " (" DSV4_CPU_KERNEL ", deliberately wrong: test builds only)",
+    DSV4_MODULE_VERSION_STRING " (mutant" DSV4_CPU_MUTANT ", deliberately wrong: test builds only)",
 #endif
     DSV4_DEVICE_CPU,
     0,

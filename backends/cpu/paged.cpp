@@ -152,7 +152,8 @@ dsv4_status cpu_paged_validate(const dsv4_mod_plan& plan, const dsv4_mod_run& ru
 }
 
 dsv4_status cpu_paged_build_lists(const dsv4_mod_plan& plan, const dsv4_mod_run& paged_run,
-                                  const dsv4_host_services* host, dsv4_mod_run* out_explicit_run) {
+                                  const dsv4_host_services* host, dsv4_mod_run* out_explicit_run,
+                                  bool write_lists) {
   const dsv4::paged_geometry g = dsv4::paged_geometry_of(plan);
   const dsv4_mod_lists_map& ws = plan.lists;
   if (paged_run.workspace_bytes < ws.bytes || (ws.bytes > 0 && paged_run.workspace == nullptr)) {
@@ -176,6 +177,12 @@ dsv4_status cpu_paged_build_lists(const dsv4_mod_plan& plan, const dsv4_mod_run&
   }
   run.seq_q = 1;
   run.mode = DSV4_MODE_EXPLICIT;
+  if (!write_lists) {
+    run.main_list = dsv4_mod_index_list{};
+    run.extra_list = dsv4_mod_index_list{};
+    *out_explicit_run = run;
+    return DSV4_STATUS_OK;
+  }
 
   uint8_t* base = static_cast<uint8_t*>(paged_run.workspace);
   int32_t* swa_idx = reinterpret_cast<int32_t*>(base + ws.swa_indices);

@@ -21,9 +21,12 @@ dsv4::paged_capacity cpu_paged_capacity(const dsv4_mod_run& run);
 // WORKSPACE_TOO_SMALL), then builds the dense SWA [T, W] + lengths and compressed [T, width] +
 // lengths lists into paged_run.workspace and fills *out_explicit_run: mode EXPLICIT, seq_q 1 with
 // token strides, main_list / extra_list dense with lengths, workspace = the bytes after the lists.
+// With write_lists false (the fast kernels build each token's lists as they gather its rows), the
+// lists are neither built nor written: out_explicit_run keeps the batch and has no lists.
 // Writes nothing (not even the workspace) when the batch is rejected.
 dsv4_status cpu_paged_build_lists(const dsv4_mod_plan& plan, const dsv4_mod_run& paged_run,
-                                  const dsv4_host_services* host, dsv4_mod_run* out_explicit_run);
+                                  const dsv4_host_services* host, dsv4_mod_run* out_explicit_run,
+                                  bool write_lists = true);
 
 // Module slot export_indices: validates like cpu_paged_build_lists, then writes the lists in the
 // requested format (exp->plan carries the derived plan, so mplan is not read).

@@ -60,6 +60,7 @@ std::string proc_cpuinfo_model() {
 
 // The best ISA tag, shown after the model name.
 const char* feature_tag(const cpu_features& f) {
+  if (f.amx_bf16) return "amx_bf16";
   if (f.avx512_bf16) return "avx512_bf16";
   if (f.avx512f) return "avx512";
   if (f.avx2 && f.fma) return "avx2+fma";
@@ -86,6 +87,7 @@ cpu_features detect_features() {
   const bool osxsave = (ecx >> 27) & 1u;
   const bool avx = (ecx >> 28) & 1u;
   const bool fma = (ecx >> 12) & 1u;
+  const bool f16c = (ecx >> 29) & 1u;
   const uint64_t xcr0 = osxsave ? read_xcr0() : 0;
   const bool ymm_state = (xcr0 & 0x6u) == 0x6u;    // XMM | YMM
   const bool zmm_state = (xcr0 & 0xe6u) == 0xe6u;  // + opmask | ZMM_hi256 | hi16_ZMM
@@ -93,9 +95,14 @@ cpu_features detect_features() {
     __cpuid_count(7, 0, eax, ebx, ecx, edx);
     f.avx2 = (ebx >> 5) & 1u;
     f.fma = fma;
+    f.f16c = f16c;
+    const unsigned int leaf7_edx = edx;
+    const bool tile_state = (xcr0 & 0x60000u) == 0x60000u;  // XTILECFG | XTILEDATA
+    f.amx_bf16 = tile_state && ((leaf7_edx >> 22) & 1u) && ((leaf7_edx >> 24) & 1u);
     if (zmm_state) {
       f.avx512f = (ebx >> 16) & 1u;
       f.avx512bw = f.avx512f && ((ebx >> 30) & 1u);
+      f.avx512vl = f.avx512f && ((ebx >> 31) & 1u);
       unsigned int sub_leaves = eax;
       if (f.avx512f && sub_leaves >= 1) {
         __cpuid_count(7, 1, eax, ebx, ecx, edx);

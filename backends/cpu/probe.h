@@ -14,7 +14,10 @@ struct cpu_features {
   bool fma = false;
   bool avx512f = false;  // AVX-512 foundation, with ZMM/opmask state enabled by the OS
   bool avx512bw = false;
+  bool avx512vl = false;
   bool avx512_bf16 = false;
+  bool f16c = false;
+  bool amx_bf16 = false;  // AMX-BF16 and AMX-TILE, with the tile state enabled by the OS
 };
 
 cpu_features detect_features();

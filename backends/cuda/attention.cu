@@ -78,6 +78,7 @@ __device__ __forceinline__ uint4 dequant8(uint32_t layout, const uint8_t* stage,
   const uint8_t* p = stage + entry_data_offset(layout, row);
   switch (layout) {
     case DSV4_KV_LAYOUT_BF16:
+    case DSV4_KV_LAYOUT_FP16:  // fp16 bits, for the fp16 kernels' tensor cores
       return *reinterpret_cast<const uint4*>(p + 2 * d0);
     case DSV4_KV_LAYOUT_FP8_V4_584B: {
       if (d0 >= kNopeDim)
@@ -104,18 +105,22 @@ __device__ __forceinline__ uint4 dequant8(uint32_t layout, const uint8_t* stage,
 template <uint32_t L>
 struct stage_geometry {
   // 16-byte units of an entry's data part, and whether 8 scale bytes follow elsewhere (584 B).
-  static constexpr int data_units = (L == DSV4_KV_LAYOUT_FP8_V4_584B    ? kV4DataBytes
-                                     : L == DSV4_KV_LAYOUT_BF16         ? 2 * kHeadDim
-                                     : L == DSV4_KV_LAYOUT_FP8_V32_656B ? kV32TokenBytes
-                                                                        : kHeadDim) /
-                                    16;
+  static constexpr int data_units =
+      (L == DSV4_KV_LAYOUT_FP8_V4_584B                        ? kV4DataBytes
+       : L == DSV4_KV_LAYOUT_BF16 || L == DSV4_KV_LAYOUT_FP16 ? 2 * kHeadDim
+       : L == DSV4_KV_LAYOUT_FP8_V32_656B                     ? kV32TokenBytes
+                                                              : kHeadDim) /
+      16;
   static constexpr bool has_scales = L == DSV4_KV_LAYOUT_FP8_V4_584B;
 };
 
-// Calls f(std::integral_constant<uint32_t, layout>) for the layouts a DQK kernel serves.
-template <int DQK, class F>
+// Calls f(std::integral_constant<uint32_t, layout>) for the layouts a DQK kernel serves (F16: the
+// fp16 layout, which the plan's caches then both hold).
+template <int DQK, bool F16, class F>
 __device__ __forceinline__ void dispatch_layout(uint32_t layout, F&& f) {
-  if constexpr (DQK == kV32HeadDimQK) {
+  if constexpr (F16) {
+    f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP16>{});
+  } else if constexpr (DQK == kV32HeadDimQK) {
     f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_V32_656B>{});
   } else {
     switch (layout) {
@@ -191,8 +196,118 @@ __device__ __forceinline__ void dequant_chunk(const uint8_t* stage, __nv_bfloat1
 }
 
 // ------------------------------------------------------------------------------------------------
-// The attention kernel. HT = 16 * HEAD_TILES heads per CTA; DQK = 512 or 576 (V3.2 layout).
-template <int HEAD_TILES, int DQK, int CHUNK>
+// The kernel's steps (attention_kernel below): each is inlined where the kernel calls it.
+
+// The Q tile of token t, heads head0.. (HT rows of DQK dims, qk_stride apart) into shared memory:
+// bf16 (e4m3 widened exactly; fp16 for F16), padding heads zero. Aligned bf16 rows go by cp.async
+// (completed with the first chunk's stage); otherwise one warp per head row.
+template <int HT, int DQK, int kThreads, bool F16>
+__device__ __forceinline__ void load_q_tile(const attention_params& p, __nv_bfloat16* q_s,
+                                            int64_t t, int head0, int tid, int warp, int lane) {
+  constexpr int kWarps = kThreads / 32;
+  constexpr int dqk = DQK;
+  constexpr int qk_stride = DQK + kBf16Pad;
+  if (!F16 && p.q_aligned16) {
+    const int units = dqk / 8;
+    for (int u = tid; u < HT * units; u += kThreads) {
+      const int r = u / units;
+      const int k = u % units;
+      const int h = head0 + r;
+      uint16_t* dst = reinterpret_cast<uint16_t*>(q_s) + r * qk_stride + 8 * k;
+      if (h < p.num_heads) {
+        cp_async16(
+            dst, static_cast<const uint16_t*>(p.q.data) + token_offset(p.q, t, p.seq_q, h) + 8 * k);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    cp_async_commit();
+  } else {
+    for (int r = warp; r < HT; r += kWarps) {
+      const int h = head0 + r;
+      uint16_t* dst = reinterpret_cast<uint16_t*>(q_s) + r * qk_stride;
+      if (h >= p.num_heads) {
+        for (int d = lane; d < dqk; d += 32) dst[d] = 0;
+        continue;
+      }
+      const int64_t off = token_offset(p.q, t, p.seq_q, h);
+      if (p.q_is_fp8) {
+        const uint8_t* src = static_cast<const uint8_t*>(p.q.data) + off;
+        for (int d = lane; d < dqk; d += 32) dst[d] = f32_to_bf16(fp8_e4m3_to_f32(src[d]));
+      } else if constexpr (F16) {
+        const uint16_t* src = static_cast<const uint16_t*>(p.q.data) + off;
+        for (int d = lane; d < dqk; d += 32) dst[d] = f32_to_fp16(bf16_to_f32(src[d]));
+      } else {
+        const uint16_t* src = static_cast<const uint16_t*>(p.q.data) + off;
+        for (int d = lane; d < dqk; d += 32) dst[d] = src[d];
+      }
+    }
+  }
+}
+
+// The CTA's end, once every warp sees the final m / l: with one split, the normalised rows (sink
+// applied) through a bf16 tile in the free K buffer (o_s) to 16-byte global stores, and lse /
+// max_logits; with several, the split's partials (O, max, sum).
+template <int HT, int PT, int NV, int kThreads>
+__device__ __forceinline__ void finish_rows(const attention_params& p, const float (&o)[PT][NV][4],
+                                            __nv_bfloat16* o_s, const float* m_s, const float* l_s,
+                                            int64_t t, int split, int head0, int pv_tile0, int dim0,
+                                            int tid, int lane) {
+  const int g = lane / 4;
+  const int tig = lane % 4;
+  if (p.num_splits == 1) {
+    // Normalised rows (sink applied) -> bf16 tile in the free K buffer -> 16-byte global stores.
+    constexpr int OS = kHeadDim + kBf16Pad;
+#pragma unroll
+    for (int rh = 0; rh < 2 * PT; ++rh) {
+      const int j = rh / 2;
+      const int half = rh % 2;
+      const int r = (pv_tile0 + j) * 16 + g + 8 * half;
+      const int h = head0 + r;
+      const float factor = row_output_factor(p, h, m_s[r], l_s[r]);
+#pragma unroll
+      for (int n = 0; n < NV; ++n) {
+        const int d = dim0 + n * 8 + 2 * tig;
+        *reinterpret_cast<uint32_t*>(o_s + r * OS + d) =
+            pack_bf16(o[j][n][2 * half] * factor, o[j][n][2 * half + 1] * factor);
+      }
+    }
+    __syncthreads();
+    constexpr int kUnits = kHeadDim / 8;
+    for (int u = tid; u < HT * kUnits; u += kThreads) {
+      const int r = u / kUnits;
+      const int d = (u % kUnits) * 8;
+      const int h = head0 + r;
+      if (h >= p.num_heads) continue;
+      store_out(p, t, h, d, *reinterpret_cast<const uint4*>(o_s + r * OS + d));
+    }
+    if (tid < HT && head0 + tid < p.num_heads)
+      write_row_stats(p, t, head0 + tid, m_s[tid], l_s[tid]);
+  } else {
+    const int64_t base = (t * p.num_splits + split) * p.num_heads;
+#pragma unroll
+    for (int rh = 0; rh < 2 * PT; ++rh) {
+      const int j = rh / 2;
+      const int half = rh % 2;
+      const int h = head0 + (pv_tile0 + j) * 16 + g + 8 * half;
+      if (h >= p.num_heads) continue;
+      float* po = p.partial_o + (base + h) * kHeadDim;
+      static_assert(NV % 2 == 0, "n-tile pairs");
+#pragma unroll
+      for (int n = 0; n < NV; n += 2) {
+        store_partial_pair(po, dim0 + n * 8, tig, o[j][n][2 * half], o[j][n][2 * half + 1],
+                           o[j][n + 1][2 * half], o[j][n + 1][2 * half + 1]);
+      }
+    }
+    if (tid < HT && head0 + tid < p.num_heads)
+      store_split_stats(p, base + head0 + tid, m_s[tid], l_s[tid]);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// The attention kernel. HT = 16 * HEAD_TILES heads per CTA; DQK = 512 or 576 (V3.2 layout); F16:
+// caches of the fp16 layout, multiplied as fp16 (Q converted to fp16, P rounded to fp16).
+template <int HEAD_TILES, int DQK, int CHUNK, bool F16 = false>
 __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
     attention_kernel(const attention_params p) {
   constexpr int kWarps = attention_warps(HEAD_TILES, CHUNK);
@@ -212,7 +327,6 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   constexpr int KPT = CHUNK / TPR;    // keys per softmax thread
 
   extern __shared__ __align__(16) uint8_t smem[];
-  constexpr int dqk = DQK;
   constexpr int qk_stride = DQK + kBf16Pad;                           // bf16 elements
   constexpr smem_map map = make_smem_map(HEAD_TILES, DQK, 0, CHUNK);  // offsets only: stage is last
   __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem + map.q);
@@ -247,41 +361,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   const int head0 = group * HT;
 
   if (tid < 2) counts[tid] = list_count(p, t, tid);  // list_count: device_common.cuh
-  // Q tile -> shared (bf16; e4m3 widened exactly), padding heads zero. Aligned bf16 rows go by
-  // cp.async (completed with the first chunk's stage); otherwise one warp per head row.
-  if (p.q_aligned16) {
-    const int units = dqk / 8;
-    for (int u = tid; u < HT * units; u += kThreads) {
-      const int r = u / units;
-      const int k = u % units;
-      const int h = head0 + r;
-      uint16_t* dst = reinterpret_cast<uint16_t*>(q_s) + r * qk_stride + 8 * k;
-      if (h < p.num_heads) {
-        cp_async16(
-            dst, static_cast<const uint16_t*>(p.q.data) + token_offset(p.q, t, p.seq_q, h) + 8 * k);
-      } else {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-      }
-    }
-    cp_async_commit();
-  } else {
-    for (int r = warp; r < HT; r += kWarps) {
-      const int h = head0 + r;
-      uint16_t* dst = reinterpret_cast<uint16_t*>(q_s) + r * qk_stride;
-      if (h >= p.num_heads) {
-        for (int d = lane; d < dqk; d += 32) dst[d] = 0;
-        continue;
-      }
-      const int64_t off = token_offset(p.q, t, p.seq_q, h);
-      if (p.q_is_fp8) {
-        const uint8_t* src = static_cast<const uint8_t*>(p.q.data) + off;
-        for (int d = lane; d < dqk; d += 32) dst[d] = f32_to_bf16(fp8_e4m3_to_f32(src[d]));
-      } else {
-        const uint16_t* src = static_cast<const uint16_t*>(p.q.data) + off;
-        for (int d = lane; d < dqk; d += 32) dst[d] = src[d];
-      }
-    }
-  }
+  load_q_tile<HT, DQK, kThreads, F16>(p, q_s, t, head0, tid, warp, lane);
   if (tid < HT) {
     m_s[tid] = -INFINITY;
     l_s[tid] = 0.0f;
@@ -325,7 +405,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   };
   // Copies the raw rows of chunk c (resolved under `parity`) into the stage.
   auto issue_stage = [&](int c, int parity) {
-    dispatch_layout<DQK>(p.cache[chunk_list(c)].layout, [&](auto tag) {
+    dispatch_layout<DQK, F16>(p.cache[chunk_list(c)].layout, [&](auto tag) {
       stage_rows<decltype(tag)::value, kWarps, CHUNK>(stage, row_src + parity * CHUNK,
                                                       row_scale + parity * CHUNK, p.aligned16 != 0,
                                                       warp, lane);
@@ -367,7 +447,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
     cp_async_wait_all();
     __syncthreads();  // stage complete; previous chunk's P / K reads finished
     // Dequantise the stage into K (invalid rows are zero so they add nothing, NaN never leaks).
-    dispatch_layout<DQK>(layout, [&](auto tag) {
+    dispatch_layout<DQK, F16>(layout, [&](auto tag) {
       dequant_chunk<decltype(tag)::value, DQK, qk_stride, kWarps, CHUNK>(
           stage, k_s, row_src + parity * CHUNK, warp, lane);
     });
@@ -408,14 +488,14 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
         if constexpr (NT == 1) {
           uint32_t b[2];
           ldmatrix_x2(b, kb + ks * 16);
-          mma_bf16(acc[0], a, b[0], b[1]);
+          mma_16816<F16>(acc[0], a, b[0], b[1]);
         } else {
 #pragma unroll
           for (int np = 0; np < NT / 2; ++np) {
             uint32_t b[4];
             ldmatrix_x4(b, kb + np * 16 * qk_stride + ks * 16);
-            mma_bf16(acc[2 * np], a, b[0], b[1]);
-            mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+            mma_16816<F16>(acc[2 * np], a, b[0], b[1]);
+            mma_16816<F16>(acc[2 * np + 1], a, b[2], b[3]);
           }
         }
       }
@@ -484,7 +564,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
         float m_new = m_s[row];
 #pragma unroll
         for (int w = 0; w < GK; ++w) m_new = fmaxf(m_new, red_max_s[w * HT + row]);
-        m_use[half] = m_new == -INFINITY ? 0.0f : m_new;
+        m_use[half] = softmax_max_use(m_new);
       }
       float sum[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -492,12 +572,16 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
         const int key = key0 + n * 8 + 2 * tig;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const float e0 = exp2_ftz(sr[n][2 * half] - m_use[half]);
-          const float e1 = exp2_ftz(sr[n][2 * half + 1] - m_use[half]);
+          const float e0 = softmax_p(sr[n][2 * half], m_use[half]);
+          const float e1 = softmax_p(sr[n][2 * half + 1], m_use[half]);
           sum[half] += e0 + e1;
-          *reinterpret_cast<__nv_bfloat162*>(p_s + (mt * 16 + g + 8 * half) * (CHUNK + kBf16Pad) +
-                                             key) =
-              __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
+          __nv_bfloat16* pp = p_s + (mt * 16 + g + 8 * half) * (CHUNK + kBf16Pad) + key;
+          if constexpr (F16) {
+            *reinterpret_cast<uint32_t*>(pp) = pack_f16(e0 * vs, e1 * vs);
+          } else {
+            *reinterpret_cast<__nv_bfloat162*>(pp) =
+                __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
+          }
         }
       }
 #pragma unroll
@@ -513,7 +597,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
 #pragma unroll
         for (int w = 0; w < GK; ++w) m_new = fmaxf(m_new, red_max_s[w * HT + tid]);
         m_next_s[tid] = m_new;
-        alpha_s[tid] = exp2_ftz(m_old - (m_new == -INFINITY ? 0.0f : m_new));
+        alpha_s[tid] = softmax_alpha(m_old, m_new);
       }
     } else {
       // Online softmax (base 2) over the summed S parts: TPR threads per head row, each KPT keys.
@@ -532,27 +616,32 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
 #pragma unroll
       for (int off = TPR / 2; off > 0; off /= 2)
         cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, off));
+      // The step's parts apart: alpha only where it is stored, once the exps are issued.
       const float m_old = m_s[row];
       const float m_new = fmaxf(m_old, cmax);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float m_use = softmax_max_use(m_new);
       const float vs = p.value_scale[li];
       float sum = 0.0f;
       __nv_bfloat16* prow = p_s + row * (CHUNK + kBf16Pad) + sub * KPT;
 #pragma unroll
       for (int j = 0; j < KPT; j += 2) {
-        const float e0 = exp2_ftz(sv[j] - m_use);
-        const float e1 = exp2_ftz(sv[j + 1] - m_use);
+        const float e0 = softmax_p(sv[j], m_use);
+        const float e1 = softmax_p(sv[j + 1], m_use);
         sum += e0 + e1;
-        const __nv_bfloat162 pv = __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
-        *reinterpret_cast<__nv_bfloat162*>(prow + j) = pv;
+        if constexpr (F16) {
+          *reinterpret_cast<uint32_t*>(prow + j) = pack_f16(e0 * vs, e1 * vs);
+        } else {
+          const __nv_bfloat162 pv = __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE
+          *reinterpret_cast<__nv_bfloat162*>(prow + j) = pv;
+        }
       }
 #pragma unroll
       for (int off = TPR / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
       __syncwarp();
       if (sub == 0) {
-        const float alpha = exp2_ftz(m_old - m_use);
+        const float alpha = softmax_alpha(m_old, m_new);
         alpha_s[row] = alpha;
-        l_s[row] = l_s[row] * alpha + sum;
+        l_s[row] = softmax_sum(l_s[row], alpha, sum);
         m_s[row] = m_new;
       }
     }
@@ -562,7 +651,7 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
         float sum = 0.0f;
 #pragma unroll
         for (int w = 0; w < GK; ++w) sum += red_sum_s[w * HT + tid];
-        l_s[tid] = l_s[tid] * alpha_s[tid] + sum;
+        l_s[tid] = softmax_sum(l_s[tid], alpha_s[tid], sum);
         m_s[tid] = m_next_s[tid];
       }
     }
@@ -596,8 +685,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
           ldmatrix_x4_trans(b, vb + ks * 16 * qk_stride + np * 16);
 #pragma unroll
           for (int j = 0; j < PT; ++j) {
-            mma_bf16(o[j][2 * np], a[j], b[0], b[1]);
-            mma_bf16(o[j][2 * np + 1], a[j], b[2], b[3]);
+            mma_16816<F16>(o[j][2 * np], a[j], b[0], b[1]);
+            mma_16816<F16>(o[j][2 * np + 1], a[j], b[2], b[3]);
           }
         }
       }
@@ -608,54 +697,8 @@ __global__ void __launch_bounds__(attention_warps(HEAD_TILES, CHUNK) * 32, 1)
   }
   __syncthreads();  // final m / l visible to every warp
 
-  if (p.num_splits == 1) {
-    // Normalised rows (sink applied) -> bf16 tile in the free K buffer -> 16-byte global stores.
-    constexpr int OS = kHeadDim + kBf16Pad;
-    __nv_bfloat16* o_s = k_s;
-#pragma unroll
-    for (int rh = 0; rh < 2 * PT; ++rh) {
-      const int j = rh / 2;
-      const int half = rh % 2;
-      const int r = (pv_tile0 + j) * 16 + g + 8 * half;
-      const int h = head0 + r;
-      const float factor = row_output_factor(p, h, m_s[r], l_s[r]);
-#pragma unroll
-      for (int n = 0; n < NV; ++n) {
-        const int d = dim0 + n * 8 + 2 * tig;
-        *reinterpret_cast<uint32_t*>(o_s + r * OS + d) =
-            pack_bf16(o[j][n][2 * half] * factor, o[j][n][2 * half + 1] * factor);
-      }
-    }
-    __syncthreads();
-    constexpr int kUnits = kHeadDim / 8;
-    for (int u = tid; u < HT * kUnits; u += kThreads) {
-      const int r = u / kUnits;
-      const int d = (u % kUnits) * 8;
-      const int h = head0 + r;
-      if (h >= p.num_heads) continue;
-      store_out(p, t, h, d, *reinterpret_cast<const uint4*>(o_s + r * OS + d));
-    }
-    if (tid < HT && head0 + tid < p.num_heads)
-      write_row_stats(p, t, head0 + tid, m_s[tid], l_s[tid]);
-  } else {
-    const int64_t base = (t * p.num_splits + split) * p.num_heads;
-#pragma unroll
-    for (int rh = 0; rh < 2 * PT; ++rh) {
-      const int j = rh / 2;
-      const int half = rh % 2;
-      const int h = head0 + (pv_tile0 + j) * 16 + g + 8 * half;
-      if (h >= p.num_heads) continue;
-      float* po = p.partial_o + (base + h) * kHeadDim;
-      static_assert(NV % 2 == 0, "n-tile pairs");
-#pragma unroll
-      for (int n = 0; n < NV; n += 2) {
-        store_partial_pair(po, dim0 + n * 8, tig, o[j][n][2 * half], o[j][n][2 * half + 1],
-                           o[j][n + 1][2 * half], o[j][n + 1][2 * half + 1]);
-      }
-    }
-    if (tid < HT && head0 + tid < p.num_heads)
-      store_split_stats(p, base + head0 + tid, m_s[tid], l_s[tid]);
-  }
+  finish_rows<HT, PT, NV, kThreads>(p, o, k_s, m_s, l_s, t, split, head0, pv_tile0, dim0, tid,
+                                    lane);
 }
 
 // Sum (kMax false) or max of v over the CTA's 128 threads (red: 4 floats of shared memory).
@@ -718,7 +761,7 @@ __device__ __forceinline__ void combine_row_few(const attention_params& p, int64
   for (int s = 0; s < kCombineFastSplits; ++s) {
     if (s < S) m = fmaxf(m, stat[s].x);
   }
-  const float m_use = m == -INFINITY ? 0.0f : m;
+  const float m_use = softmax_max_use(m);
   float l = 0.0f;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -756,7 +799,7 @@ __device__ __forceinline__ void combine_row_many(const attention_params& p, int6
   float m = -INFINITY;
   for (int s = threadIdx.x; s < S; s += 128) m = fmaxf(m, ml[s * ml_step]);
   m = cta128_reduce<true>(m, red);
-  const float m_use = m == -INFINITY ? 0.0f : m;
+  const float m_use = softmax_max_use(m);
   auto weight_of = [&](int s) { return split_weight(ml[s * ml_step], ml[s * ml_step + 1], m_use); };
   float l = 0.0f;
   for (int s = threadIdx.x; s < S; s += 128) {
@@ -810,7 +853,10 @@ template <int HEAD_TILES, int CHUNK>
 cudaError_t launch_tiles(const attention_params& p, size_t smem, cudaStream_t stream) {
   const int64_t ctas = item_count(p);
   constexpr int threads = attention_warps(HEAD_TILES, CHUNK) * 32;
-  if (p.head_dim_qk == kV32HeadDimQK) {
+  if (p.cache[0].layout == DSV4_KV_LAYOUT_FP16) {
+    attention_kernel<HEAD_TILES, kHeadDim, CHUNK, true>
+        <<<static_cast<unsigned>(ctas), threads, smem, stream>>>(p);
+  } else if (p.head_dim_qk == kV32HeadDimQK) {
     attention_kernel<HEAD_TILES, kV32HeadDimQK, CHUNK>
         <<<static_cast<unsigned>(ctas), threads, smem, stream>>>(p);
   } else {
@@ -824,22 +870,12 @@ template <int HEAD_TILES, int CHUNK>
 cudaError_t configure_tiles(int bytes) {
   cudaError_t err = cudaFuncSetAttribute(attention_kernel<HEAD_TILES, kHeadDim, CHUNK>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(attention_kernel<HEAD_TILES, kHeadDim, CHUNK, true>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
   return cudaFuncSetAttribute(attention_kernel<HEAD_TILES, kV32HeadDimQK, CHUNK>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-}
-
-}  // namespace
-
-size_t attention_stage_bytes(uint32_t main_layout, uint32_t extra_layout, int chunk) {
-  size_t bytes = 0;
-  const uint32_t layouts[2] = {main_layout, extra_layout};
-  for (uint32_t layout : layouts) {
-    if (!layout_is_known(layout)) continue;
-    const size_t b = static_cast<size_t>(layout_min_block_bytes(layout, chunk));
-    bytes = b > bytes ? b : bytes;
-  }
-  return align16(bytes);
 }
 
 size_t attention_smem_bytes(int head_tiles, int head_dim_qk, size_t stage_bytes, int chunk) {
@@ -847,11 +883,14 @@ size_t attention_smem_bytes(int head_tiles, int head_dim_qk, size_t stage_bytes,
 }
 
 template <int HEAD_TILES, int CHUNK>
-int resident_ctas(int dqk, size_t smem) {
+int resident_ctas(const kernel_config& c, size_t smem) {
   int n = 0;
   const int threads = attention_warps(HEAD_TILES, CHUNK) * 32;
   const cudaError_t err =
-      dqk == kV32HeadDimQK
+      c.layout == DSV4_KV_LAYOUT_FP16
+          ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &n, attention_kernel<HEAD_TILES, kHeadDim, CHUNK, true>, threads, smem)
+      : c.head_dim_qk == kV32HeadDimQK
           ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                 &n, attention_kernel<HEAD_TILES, kV32HeadDimQK, CHUNK>, threads, smem)
           : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -859,23 +898,33 @@ int resident_ctas(int dqk, size_t smem) {
   return err == cudaSuccess && n > 0 ? n : 1;
 }
 
-int attention_ctas_per_sm(int head_tiles, int chunk, int head_dim_qk, size_t smem_bytes) {
-  if (chunk == kSmallChunkKeys) return resident_ctas<1, kSmallChunkKeys>(head_dim_qk, smem_bytes);
-  switch (head_tiles) {
+int attention_ctas_per_sm(const kernel_config& c, size_t smem_bytes) {
+  if (c.chunk == kSmallChunkKeys) return resident_ctas<1, kSmallChunkKeys>(c, smem_bytes);
+  switch (c.head_tiles) {
     case 1:
-      return resident_ctas<1, kChunkKeys>(head_dim_qk, smem_bytes);
+      return resident_ctas<1, kChunkKeys>(c, smem_bytes);
     case 2:
-      return resident_ctas<2, kChunkKeys>(head_dim_qk, smem_bytes);
+      return resident_ctas<2, kChunkKeys>(c, smem_bytes);
     default:
-      return resident_ctas<4, kChunkKeys>(head_dim_qk, smem_bytes);
+      return resident_ctas<4, kChunkKeys>(c, smem_bytes);
   }
 }
 
-cudaError_t attention_configure(int head_tiles, int chunk, size_t smem_bytes) {
-  const int bytes = static_cast<int>(smem_bytes);
-  if (chunk == kSmallChunkKeys)
-    return head_tiles == 1 ? configure_tiles<1, kSmallChunkKeys>(bytes) : cudaErrorInvalidValue;
-  switch (head_tiles) {
+// The kernel table's hooks (kernels.h).
+bool mma_serves(int cc_major, int head_dim_qk, uint32_t main_layout, uint32_t extra_layout) {
+  const bool dims = head_dim_qk == kHeadDim || head_dim_qk == kV32HeadDimQK;
+  return cc_major >= 8 && dims && layout_is_known(main_layout) &&
+         (extra_layout == DSV4_KV_LAYOUT_NONE || layout_is_known(extra_layout));
+}
+bool mma_compiled() { return true; }  // sm_80..89 and every later GPU run its PTX
+size_t mma_smem_bytes(const kernel_config& c) {
+  return attention_smem_bytes(c.head_tiles, c.head_dim_qk, c.stage_bytes, c.chunk);
+}
+cudaError_t mma_configure(const kernel_config& c) {
+  const int bytes = static_cast<int>(mma_smem_bytes(c));
+  if (c.chunk == kSmallChunkKeys)
+    return c.head_tiles == 1 ? configure_tiles<1, kSmallChunkKeys>(bytes) : cudaErrorInvalidValue;
+  switch (c.head_tiles) {
     case 1:
       return configure_tiles<1, kChunkKeys>(bytes);
     case 2:
@@ -886,9 +935,17 @@ cudaError_t attention_configure(int head_tiles, int chunk, size_t smem_bytes) {
       return cudaErrorInvalidValue;
   }
 }
+cudaError_t mma_occupancy(const kernel_config& c, int sm_count, int* ctas_per_sm, int resident[2]) {
+  *ctas_per_sm = attention_ctas_per_sm(c, mma_smem_bytes(c));
+  resident[0] = resident[1] = 0;  // no persistent form
+  return cudaSuccess;
+}
 
-cudaError_t attention_launch(const attention_params& p, size_t smem_bytes, cudaStream_t stream) {
+// The attention kernel and, when num_splits > 1, the combine kernel.
+cudaError_t mma_launch(const attention_params& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return cudaSuccess;
+  const size_t smem_bytes = attention_smem_bytes(p.head_tiles, p.head_dim_qk,
+                                                 static_cast<size_t>(p.stage_bytes), p.chunk_keys);
   cudaError_t err;
   if (p.chunk_keys == kSmallChunkKeys) {
     if (p.head_tiles != 1) return cudaErrorInvalidValue;
@@ -911,6 +968,11 @@ cudaError_t attention_launch(const attention_params& p, size_t smem_bytes, cudaS
   if (err != cudaSuccess || p.num_splits == 1) return err;
   return combine_launch(p, stream);
 }
+
+}  // namespace
+
+const kernel_family kMmaKernels = {"mma",         mma_serves,    mma_compiled, mma_smem_bytes,
+                                   mma_configure, mma_occupancy, mma_launch};
 
 cudaError_t combine_launch(const attention_params& p, cudaStream_t stream) {
   const int64_t blocks = static_cast<int64_t>(p.num_tokens) * p.num_heads;

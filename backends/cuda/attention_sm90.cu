@@ -308,7 +308,8 @@ __device__ __forceinline__ void scale_o_rows(float* o, float a0, float a1) {
 // The CTA's k-th work item (st0: the CTA's state): i0 chunks ran before it (buffer / barrier
 // phases continue from there). Returns the CTA's chunk count after it. (WG0 has no registers to
 // spare: WG1 prepares the next item's Q and sinks.)
-template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied, bool kValueScale, bool kOverlap>
+template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied, bool kValueScale, bool kOverlap,
+          bool kF16>
 __device__ __forceinline__ int consumer0_item(const attention_params& p, const cta_state& st0,
                                               int tid, int i0, int k) {
   const cta_state st = item_state<kPersistent>(p, st0, k);
@@ -341,7 +342,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
       const uint32_t off = (ks / 4) * kColBytes + (ks % 4) * 32;
-      wgmma_m64n64_ss(s, desc_at(q_desc, off), desc_at(k_desc, off), ks > 0 ? 1 : 0);
+      wgmma_m64n64_ss<kF16>(s, desc_at(q_desc, off), desc_at(k_desc, off), ks > 0 ? 1 : 0);
     }
     wgmma_commit();
   };
@@ -390,17 +391,15 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
       }
     }
     float a[2];
-    float neg_m[2];  // -(the max the exps use)
+    float m_use[2];  // the max the exps subtract
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float m = mx[h][0];
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const float m_new = fmaxf(m_run[h], m * scl);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      a[h] = exp2_ftz(m_run[h] - m_use);
-      neg_m[h] = -m_use;
-      m_run[h] = m_new;
+      const softmax_step step = online_softmax_step(m_run[h], m * scl);
+      a[h] = step.alpha;
+      m_use[h] = step.m_use;
     }
     if constexpr (kCopied) scale_o_rows(o, a[0], a[1]);
     uint32_t pk[16];  // P as bf16 pairs: pk[2j] row0, pk[2j+1] row0 + 8 (keys 8j + 2 tig)
@@ -409,15 +408,19 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float e0 = exp2_ftz(fmaf(s[4 * j + 2 * h], scl, neg_m[h]));
-        const float e1 = exp2_ftz(fmaf(s[4 * j + 2 * h + 1], scl, neg_m[h]));
+        const float e0 = softmax_p(s[4 * j + 2 * h], scl, m_use[h]);
+        const float e1 = softmax_p(s[4 * j + 2 * h + 1], scl, m_use[h]);
         sum[h] += e0 + e1;
-        const __nv_bfloat162 v = __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE, as f32_to_bf16
-        pk[2 * j + h] = *reinterpret_cast<const uint32_t*>(&v);
+        if constexpr (kF16) {
+          pk[2 * j + h] = pack_f16(e0 * vs, e1 * vs);
+        } else {
+          const __nv_bfloat162 v = __floats2bfloat162_rn(e0 * vs, e1 * vs);  // RNE
+          pk[2 * j + h] = *reinterpret_cast<const uint32_t*>(&v);
+        }
       }
     }
-    l_run[0] = l_run[0] * a[0] + sum[0];
-    l_run[1] = l_run[1] * a[1] + sum[1];
+    l_run[0] = softmax_sum(l_run[0], a[0], sum[0]);
+    l_run[1] = softmax_sum(l_run[1], a[1], sum[1]);
     // P and alpha for WG1 (P is read through the async proxy: fence before the barrier).
     uint8_t* pbuf = st.smem + sm90_map::p + b * kPBytes;
 #pragma unroll
@@ -440,7 +443,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      wgmma_m64n256_rs_tb(o, pk + 4 * kk, desc_at(v_desc, kk * 16 * kAtomBytes), 1);
+      wgmma_m64n256_rs_tb<kF16>(o, pk + 4 * kk, desc_at(v_desc, kk * 16 * kAtomBytes), 1);
     }
     wgmma_commit();
   };
@@ -550,7 +553,7 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
 // prefetches its Q into L2 at the start and loads it into the Q tile once WG0's last S of this item
 // is done (WG0 has published the last chunk's P; the epilogue leaves the Q tile alone), and 64
 // threads store its sinks.
-template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied>
+template <bool kSplit, int CLUSTER, bool kPersistent, bool kCopied, bool kF16>
 __device__ __forceinline__ int consumer1_item(const attention_params& p, const cta_state& st0,
                                               int tid, int i0, int k, const CUtensorMap* q_map) {
   const cta_state st = item_state<kPersistent>(p, st0, k);
@@ -589,7 +592,8 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      wgmma_m64n256_ss_tb(o, desc_at(p_desc, kk * 32), desc_at(v_desc, kk * 16 * kAtomBytes), 1);
+      wgmma_m64n256_ss_tb<kF16>(o, desc_at(p_desc, kk * 32), desc_at(v_desc, kk * 16 * kAtomBytes),
+                                1);
     }
     wgmma_commit();
     wgmma_wait0();
@@ -618,16 +622,16 @@ __device__ __forceinline__ int consumer1_item(const attention_params& p, const c
 // docs/tried.md, W6): WG1's P·V already covers WG0's gap before S, and the early S likely queues
 // ahead of that P·V and delays the buffer's release.
 template <uint32_t L, bool kPersistent, bool kSplit>
-constexpr bool kOverlapS = kSplit && !kPersistent && L != DSV4_KV_LAYOUT_BF16;
+constexpr bool kOverlapS = kSplit && !kPersistent && !layout_copied(L);
 // Register budgets of WG0, WG1 and the producer (setmaxnreg).
 // The bf16 producer only issues cp.async: its registers go to WG0, whose softmax (consumer0_item)
 // spills at 192 / 160 / 152 (prefill then 12 % slower on an H200).
 template <uint32_t L, bool kPersistent, bool kSplit>
-constexpr int kRegs[3] = {L == DSV4_KV_LAYOUT_BF16            ? 240
+constexpr int kRegs[3] = {layout_copied(L)                    ? 240
                           : kOverlapS<L, kPersistent, kSplit> ? 208
                                                               : 192,
                           160,
-                          L == DSV4_KV_LAYOUT_BF16            ? 104
+                          layout_copied(L)                    ? 104
                           : kOverlapS<L, kPersistent, kSplit> ? 136
                                                               : 152};
 
@@ -635,7 +639,7 @@ constexpr int kRegs[3] = {L == DSV4_KV_LAYOUT_BF16            ? 240
 // copied by cp.async, two chunks at once from the start): 0.1-0.2 us off a 128-head b=2 run on an
 // H200; prefetching the first chunk's rows as well gains nothing more.
 template <uint32_t L, bool kPersistent, bool kSplit>
-constexpr bool kPrefetchRows = kSplit && !kPersistent && L != DSV4_KV_LAYOUT_BF16;
+constexpr bool kPrefetchRows = kSplit && !kPersistent && !layout_copied(L);
 
 // L: the layout of both caches (one layout per kernel: a loop that dispatches between layouts
 // keeps every layout's addressing live at once and spills).
@@ -667,7 +671,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int c_end = split_end(p, st);
   // The producer rows of its first two jobs (see producer_copy / producer_convert).
-  const bool pairs = CLUSTER > 1 && !row_format<L>::kBf16;
+  const bool pairs = CLUSTER > 1 && !layout_copied(L);
   const int r0 = 8 * ((tid % 128) / 32) + (tid & 7);
   const int row_pair = static_cast<int>(rank) * 32 + r0;
   const int rows[2] = {pairs ? row_pair : r0, pairs ? row_pair : 32 + r0};
@@ -706,8 +710,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int k = tid % 64;
       const int64_t q0 = token_offset(p.q, t, p.seq_q, st.head0);
       for (int r = tid / 64; r < kRows; r += 4) {
-        load_q_unit(p, st.smem + sm90_map::q + sw128(r, k), q0 + r * p.q.stride_h + 8 * k,
-                    st.head0 + r >= p.num_heads);
+        load_q_unit<row_format<L>::kF16>(p, st.smem + sm90_map::q + sw128(r, k),
+                                         q0 + r * p.q.stride_h + 8 * k,
+                                         st.head0 + r >= p.num_heads);
       }
       cp_async_commit();
       if (tid == 0) trace::header(trace::kQIssued);
@@ -751,14 +756,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     for_each_item<kPersistent>(p, st, [&](int k, int i0) {
       constexpr bool kValueScale = L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
       constexpr bool kOverlap = kOverlapS<L, kPersistent, kSplit>;
-      return consumer0_item<kSplit, CLUSTER, kPersistent, row_format<L>::kBf16, kValueScale,
-                            kOverlap>(p, st, tid, i0, k);
+      return consumer0_item<kSplit, CLUSTER, kPersistent, row_format<L>::kCopied, kValueScale,
+                            kOverlap, row_format<L>::kF16>(p, st, tid, i0, k);
     });
   } else if (wg == 1) {
     set_max_registers_dec<kRegs<L, kPersistent, kSplit>[1]>();
     for_each_item<kPersistent>(p, st, [&](int k, int i0) {
-      return consumer1_item<kSplit, CLUSTER, kPersistent, row_format<L>::kBf16>(p, st, tid, i0, k,
-                                                                                &q_map);
+      return consumer1_item<kSplit, CLUSTER, kPersistent, row_format<L>::kCopied,
+                            row_format<L>::kF16>(p, st, tid, i0, k, &q_map);
     });
   } else {
     set_max_registers_dec<kRegs<L, kPersistent, kSplit>[2]>();
@@ -768,7 +773,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Later items: their first jobs' list entries, loaded while the counts are in flight.
       if (k > 0) first = speculate_first(p, s.t, s.c_begin, w.c_end, rows, pairs);
       const first_jobs& f = first;
-      if constexpr (row_format<L>::kBf16) {
+      if constexpr (row_format<L>::kCopied) {
         return i0 +
                producer_copy<L, sm90_map, false>(p, s, w, f, 0, (tid % 128) / 32, tid % 32, i0);
       } else {
@@ -781,10 +786,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif                                        // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-// CTA pairs share the dequantised chunks of FP8 caches; bf16 rows need no conversion, so each CTA
-// of a 128-head token copies its own (cp.async) and no cluster is formed.
+// CTA pairs share the dequantised chunks of FP8 caches; 16-bit rows need no conversion, so each
+// CTA of a 128-head token copies its own (cp.async) and no cluster is formed.
 template <uint32_t L>
-constexpr bool kPairs = L != DSV4_KV_LAYOUT_BF16;
+constexpr bool kPairs = !layout_copied(L);
+// Persistent CTAs load each next Q by tensor map, which copies bf16 q as it is: fp16 kernels,
+// whose Q is converted on its way into shared memory, have no persistent form.
+template <uint32_t L>
+constexpr bool kPersistentForm = L != DSV4_KV_LAYOUT_FP16;
 
 // Sets the shared-memory limit of layout L's kernels of cluster size CLUSTER (one item per CTA or
 // persistent, each with both epilogues).
@@ -792,10 +801,14 @@ template <uint32_t L, int CLUSTER>
 cudaError_t configure_kernels(int bytes) {
   const void* kernels[4] = {
       reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, false, false>),
-      reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, false, true>),
-      reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, true, false>),
-      reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, true, true>)};
+      reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, false, true>), nullptr,
+      nullptr};
+  if constexpr (kPersistentForm<L>) {
+    kernels[2] = reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, true, false>);
+    kernels[3] = reinterpret_cast<const void*>(attention_sm90_kernel<L, CLUSTER, true, true>);
+  }
   for (const void* k : kernels) {
+    if (k == nullptr) continue;
     const cudaError_t err =
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (err != cudaSuccess) return err;
@@ -808,10 +821,14 @@ cudaError_t launch_kernel(const attention_params& p, const CUtensorMap& q_map, i
                           bool persistent, const cudaLaunchConfig_t* cfg) {
   const bool split = p.num_splits > 1;
   if (persistent) {
-    return split ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, true, true>, p, q_map,
-                                      q_tma)
-                 : cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, true, false>, p, q_map,
-                                      q_tma);
+    if constexpr (kPersistentForm<L>) {
+      return split ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, true, true>, p,
+                                        q_map, q_tma)
+                   : cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, true, false>, p,
+                                        q_map, q_tma);
+    } else {
+      return cudaErrorInvalidValue;
+    }
   }
   return split ? cudaLaunchKernelEx(cfg, attention_sm90_kernel<L, CLUSTER, false, true>, p, q_map,
                                     q_tma)
@@ -834,28 +851,16 @@ void set_cluster_pairs(cudaLaunchConfig_t* cfg, cudaLaunchAttribute* attr) {
   cfg->numAttrs = 1;
 }
 
-// One CTA (pair) per work item; or, for runs of uniform items (or p.persistent_forced) at least
-// kPersistentWaves times as many as the device holds at once, and a tensor-map Q, as many
-// persistent CTAs as it holds, each looping over items in a fixed order: an item's Q and first rows
-// load while the previous one finishes: 4-5 % off prefill (31 waves) on an H200. Decode of two
-// waves gains nothing, and items of uneven lengths lose the hardware's balancing (7-11 % slower;
-// docs/tried.md, D1).
-constexpr unsigned kPersistentWaves = 4;
+// Launches run p as the planner chose (planner.cpp choose_run): CTA pairs where p.cluster_ctas is
+// 2, p.launch_ctas persistent CTAs where p.persistent says (they need the tensor-map Q), and as a
+// programmatic dependent of the token order's kernel where p.token_order is set.
 template <uint32_t L>
 cudaError_t launch_layout(const attention_params& p, const CUtensorMap& q_map, int q_tma,
                           cudaLaunchConfig_t* cfg) {
-  // A CTA pair converts each chunk once for both head groups. A split run that the device holds in
-  // one wave has SMs to spare: there each CTA converting its own chunks is faster, as the pair's
-  // exchange and the wait for the peer's half leave every chunk (0.5-0.6 us off a 128-head b=2 run
-  // on an H200).
-  const bool one_wave = p.num_splits > 1 && item_count(p) <= p.resident_ctas[0];
-  const bool pairs = p.head_groups == 2 && kPairs<L> && !one_wave;
-  const int cluster = pairs ? 2 : 1;
-  const int resident = p.resident_ctas[cluster - 1] / cluster * cluster;
-  const bool persistent = q_tma != 0 && resident > 0 &&
-                          (p.persistent_forced != 0 || uniform_items(p)) &&
-                          cfg->gridDim.x >= kPersistentWaves * static_cast<unsigned>(resident);
-  if (persistent) cfg->gridDim.x = static_cast<unsigned>(resident);
+  const bool pairs = p.cluster_ctas == 2;
+  const bool persistent = p.persistent != 0;
+  if ((pairs && !kPairs<L>) || (persistent && q_tma == 0)) return cudaErrorInvalidValue;
+  cfg->gridDim.x = static_cast<unsigned>(p.launch_ctas);
   cudaLaunchAttribute attr[2];
   if (pairs) set_cluster_pairs(cfg, attr);
   // An ordered run follows the order's kernel: its CTAs launch while it runs (cta_begin waits).
@@ -881,27 +886,34 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return fn;
 }
 
-// Encodes the run's bf16 Q as the kernel's tensor map (host-only work, no device calls): dims
-// (512, heads, s_q, batch), boxes of 64 dims x 64 heads with the 128B swizzle. False when Q does
-// not qualify (fp8, unaligned) or the driver cannot encode it; the kernel then loads Q itself.
-bool encode_q_map(const attention_params& p, CUtensorMap* map) {
-  if (p.q_is_fp8 || !p.q_aligned16 || p.head_dim_qk != kHeadDim || p.num_tokens % p.seq_q != 0)
+// The run's bf16 Q as the kernel's tensor map: dims (512, heads, s_q, batch), boxes of 64 dims x
+// 64 heads with the 128B swizzle, or nothing (false) where Q does not qualify (fp8, unaligned) or
+// the driver cannot encode it; the kernel then loads Q itself. Host-only work, no device calls.
+// `strides` receives the byte strides of dims 1..3 (a dimension of size 1 is never stepped along:
+// it gets a stride the encoder accepts).
+bool q_map_strides(const attention_params& p, cuuint64_t dims[4], cuuint64_t strides[3]) {
+  if (p.q_is_fp8 || !p.q_aligned16 || p.head_dim_qk != kHeadDim || p.num_tokens % p.seq_q != 0 ||
+      p.cache[0].layout == DSV4_KV_LAYOUT_FP16)  // fp16 kernels convert q as they load it
     return false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  cuuint64_t dims[4] = {static_cast<cuuint64_t>(kHeadDim), static_cast<cuuint64_t>(p.num_heads),
-                        static_cast<cuuint64_t>(p.seq_q),
-                        static_cast<cuuint64_t>(p.num_tokens / p.seq_q)};
+  dims[0] = static_cast<cuuint64_t>(kHeadDim);
+  dims[1] = static_cast<cuuint64_t>(p.num_heads);
+  dims[2] = static_cast<cuuint64_t>(p.seq_q);
+  dims[3] = static_cast<cuuint64_t>(p.num_tokens / p.seq_q);
   const int64_t elem_strides[3] = {p.q.stride_h, p.q.stride_s, p.q.stride_b};
-  cuuint64_t strides[3];
   int64_t extent = kHeadDim * 2;  // bytes spanned by the dimensions below
   for (int i = 0; i < 3; ++i) {
-    // A dimension of size 1 is never stepped along: give it a stride the encoder accepts.
     const int64_t bytes = dims[i + 1] == 1 ? extent : elem_strides[i] * 2;
     if (bytes <= 0 || bytes % 16 != 0 || bytes >= (int64_t{1} << 40)) return false;
     strides[i] = static_cast<cuuint64_t>(bytes);
     extent = bytes * static_cast<int64_t>(dims[i + 1]);
   }
+  return true;
+}
+bool encode_q_map(const attention_params& p, CUtensorMap* map) {
+  cuuint64_t dims[4];
+  cuuint64_t strides[3];
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr || !q_map_strides(p, dims, strides)) return false;
   cuuint32_t box[4] = {64, static_cast<cuuint32_t>(kRows), 1, 1};
   cuuint32_t elem[4] = {1, 1, 1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, p.q.data, dims, strides, box, elem,
@@ -911,26 +923,6 @@ bool encode_q_map(const attention_params& p, CUtensorMap* map) {
 }
 
 }  // namespace
-
-size_t attention_sm90_smem_bytes() { return kSmemBytes; }
-
-bool attention_sm90_layouts(uint32_t main_layout, uint32_t extra_layout) {
-  const bool known = main_layout == DSV4_KV_LAYOUT_FP8_V4_584B ||
-                     main_layout == DSV4_KV_LAYOUT_BF16 ||
-                     main_layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
-  return known && (extra_layout == DSV4_KV_LAYOUT_NONE || extra_layout == main_layout);
-}
-
-bool attention_sm90_compiled() {
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, attention_sm90_kernel<DSV4_KV_LAYOUT_BF16, 1, false, false>) !=
-      cudaSuccess) {
-    return false;
-  }
-  // Machine code built for sm_90a reports PTX 9.0; a JIT of the compute_80 PTX (no wgmma)
-  // reports 8.0.
-  return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
-}
 
 #if defined(DSV4_SM90_TRACE)
 namespace trace_host {
@@ -954,7 +946,27 @@ uint32_t sm90_trace_launch(int64_t ctas) {
 }
 #endif
 
-cudaError_t attention_sm90_configure() {
+namespace {
+
+// The kernel table's hooks (kernels.h).
+bool wgmma_serves(int cc_major, int head_dim_qk, uint32_t main_layout, uint32_t extra_layout) {
+  return cc_major == 9 && head_dim_qk == kHeadDim && sm90_layouts(main_layout, extra_layout);
+}
+
+bool wgmma_compiled() {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, attention_sm90_kernel<DSV4_KV_LAYOUT_BF16, 1, false, false>) !=
+      cudaSuccess) {
+    return false;
+  }
+  // Machine code built for sm_90a reports PTX 9.0; a JIT of the compute_80 PTX (no wgmma)
+  // reports 8.0.
+  return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
+}
+
+size_t wgmma_smem_bytes(const kernel_config&) { return kSmemBytes; }
+
+cudaError_t wgmma_configure(const kernel_config&) {
   tensor_map_encoder();  // resolved once, at plan creation rather than in the first run
 #if defined(DSV4_SM90_TRACE)
   if (const cudaError_t terr = trace::attach(); terr != cudaSuccess) return terr;
@@ -963,9 +975,11 @@ cudaError_t attention_sm90_configure() {
       [](auto l) { return configure_layout<decltype(l)::value>(static_cast<int>(kSmemBytes)); });
 }
 
-cudaError_t attention_sm90_resident(int sm_count, int resident[2]) {
+// CTAs the device holds at once: resident[0] single, resident[1] in pairs.
+cudaError_t wgmma_occupancy(const kernel_config&, int sm_count, int* ctas_per_sm, int resident[2]) {
   // Every layout's kernel has the same block size and shared memory: the FP8 584 B ones stand in.
   constexpr uint32_t L = DSV4_KV_LAYOUT_FP8_V4_584B;
+  *ctas_per_sm = 1;
   int per_sm = 0;
   cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &per_sm, attention_sm90_kernel<L, 1, true, false>, kThreads, kSmemBytes);
@@ -983,15 +997,14 @@ cudaError_t attention_sm90_resident(int sm_count, int resident[2]) {
   return err;
 }
 
-cudaError_t attention_sm90_launch(const attention_params& run, int32_t* order,
-                                  cudaStream_t stream) {
-  if (run.num_tokens <= 0) return cudaSuccess;
-  if (run.head_groups < 1 || run.head_groups > 2) return cudaErrorInvalidValue;
-  attention_params p = run;
-  if (order != nullptr) {
-    const cudaError_t oerr = token_order_launch(run, order, stream);
+// The token order's kernel where p.token_order asks for it, the attention kernel, and the combine
+// of its splits.
+cudaError_t wgmma_launch(const attention_params& p, cudaStream_t stream) {
+  if (p.num_tokens <= 0) return cudaSuccess;
+  if (p.head_groups < 1 || p.head_groups > 2) return cudaErrorInvalidValue;
+  if (p.token_order != nullptr) {
+    const cudaError_t oerr = token_order_launch(p, const_cast<int32_t*>(p.token_order), stream);
     if (oerr != cudaSuccess) return oerr;
-    p.token_order = order;
   }
   cudaLaunchConfig_t cfg = cta_grid_config(p, kThreads, kSmemBytes, stream);
   CUtensorMap q_map{};
@@ -1002,6 +1015,18 @@ cudaError_t attention_sm90_launch(const attention_params& run, int32_t* order,
   if (err != cudaSuccess || p.num_splits == 1) return err;
   return combine_launch(p, stream);
 }
+
+}  // namespace
+
+bool q_map_applies(const attention_params& p) {
+  cuuint64_t dims[4];
+  cuuint64_t strides[3];
+  return tensor_map_encoder() != nullptr && q_map_strides(p, dims, strides);
+}
+
+const kernel_family kWgmmaKernels = {"wgmma",          wgmma_serves,    wgmma_compiled,
+                                     wgmma_smem_bytes, wgmma_configure, wgmma_occupancy,
+                                     wgmma_launch};
 
 }  // namespace cuda
 }  // namespace dsv4

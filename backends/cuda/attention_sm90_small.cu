@@ -145,8 +145,9 @@ __device__ __forceinline__ void store_staged_rows(const attention_params& p, con
   if (tid == 0) trace::header(trace::kEpiStaged);
 }
 
-// WG0 of a 16-head tile (mma.sync). kValueScale: P times the per-tensor FP8 value scale.
-template <bool kValueScale>
+// WG0 of a 16-head tile (mma.sync). kValueScale: P times the per-tensor FP8 value scale. kF16: fp16
+// rows, Q and P (the fp16 layout).
+template <bool kValueScale, bool kF16>
 __device__ __forceinline__ int small_consumer_mma(const attention_params& p, const cta_state& st,
                                                   const chunk_walk& walk, int tid, int i0) {
   constexpr int MT = 1;  // 16-row m-tiles (heads 16 mt + r)
@@ -212,8 +213,8 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
       for (int mt = 0; mt < MT; ++mt) {
         uint32_t a[4];
         ldmatrix_x4(a, q_lane + mt * 16 * kStageStride + ks * 32);
-        mma_bf16(sc[ks % kChains][mt][0], a, kf[0], kf[1]);
-        mma_bf16(sc[ks % kChains][mt][1], a, kf[2], kf[3]);
+        mma_16816<kF16>(sc[ks % kChains][mt][0], a, kf[0], kf[1]);
+        mma_16816<kF16>(sc[ks % kChains][mt][1], a, kf[2], kf[3]);
       }
     }
     float(&s)[MT][2][4] = sc[0];
@@ -264,21 +265,19 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = 16 * mt + g + 8 * h;
-        const float m_chunk = over_warps(red_max, r, fmax_op);
-        const float m_new = fmaxf(m_run[mt][h], m_chunk);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[mt][h] = exp2_ftz(m_run[mt][h] - m_use);
-        m_run[mt][h] = m_new;
+        const softmax_step step =
+            online_softmax_step(m_run[mt][h], over_warps(red_max, r, fmax_op));
+        alpha[mt][h] = step.alpha;
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          const float e0 = exp2_ftz(s[mt][nt][2 * h] - m_use);
-          const float e1 = exp2_ftz(s[mt][nt][2 * h + 1] - m_use);
+          const float e0 = softmax_p(s[mt][nt][2 * h], step.m_use);
+          const float e1 = softmax_p(s[mt][nt][2 * h + 1], step.m_use);
           sum += e0 + e1;
           *reinterpret_cast<uint32_t*>(pbuf + r * kPStride + (16 * warp + 8 * nt + 2 * tig) * 2) =
-              pack_bf16(e0 * vs, e1 * vs);
+              pack_p<kF16>(e0 * vs, e1 * vs);
         }
-        l_run[mt][h] = l_run[mt][h] * alpha[mt][h] + sum;
+        l_run[mt][h] = softmax_sum(l_run[mt][h], alpha[mt][h], sum);
       }
     }
     named_sync(kBarP, 128);
@@ -305,8 +304,8 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
         ldmatrix_x4_trans(vf, kbuf + (np / 4) * kColBytes + kk * 16 * kAtomBytes + v_lane[np % 4]);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma_bf16(o[mt][2 * np], a[mt], vf[0], vf[1]);
-          mma_bf16(o[mt][2 * np + 1], a[mt], vf[2], vf[3]);
+          mma_16816<kF16>(o[mt][2 * np], a[mt], vf[0], vf[1]);
+          mma_16816<kF16>(o[mt][2 * np + 1], a[mt], vf[2], vf[3]);
         }
       }
     }
@@ -387,7 +386,7 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
 // 32-head wgmma consumer. kValueScale: P times the per-tensor FP8 value scale.
 // q_rows: the byte offset of its Q rows in the Q tile; after_q: called once every thread holds
 // Q^T (persistent CTAs load the next item's Q into the tile then).
-template <bool kValueScale, class AfterQ>
+template <bool kValueScale, bool kF16, class AfterQ>
 __device__ __forceinline__ int small_consumer_h8(const attention_params& p, const cta_state& st,
                                                  const chunk_walk& walk, int tid, int i0,
                                                  uint32_t q_rows, AfterQ&& after_q) {
@@ -453,7 +452,7 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
       uint32_t a[4];
       ldmatrix_x4(a, kbuf + (ks / 4) * kColBytes + k_lane[ks % 4]);
-      mma_bf16(sc[ks % kChains], a, qf[ks][0], qf[ks][1]);
+      mma_16816<kF16>(sc[ks % kChains], a, qf[ks][0], qf[ks][1]);
     }
     float s[4];
 #pragma unroll
@@ -485,17 +484,21 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int hd = 2 * tig + e;
-      const float m_chunk = over_warps(red_max, hd, fmax_op);
-      const float m_new = fmaxf(m_run[e], m_chunk * scl);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      alpha[e] = exp2_ftz(m_run[e] - m_use);
-      m_run[e] = m_new;
-      const float p0 = exp2_ftz(fmaf(s[e], scl, -m_use));
-      const float p1 = exp2_ftz(fmaf(s[2 + e], scl, -m_use));
-      l_run[e] = l_run[e] * alpha[e] + (p0 + p1);
-      __nv_bfloat16* prow = reinterpret_cast<__nv_bfloat16*>(pbuf + hd * kPStride);
-      prow[key0] = __float2bfloat16_rn(p0 * vs);
-      prow[key0 + 8] = __float2bfloat16_rn(p1 * vs);
+      const softmax_step step =
+          online_softmax_step(m_run[e], over_warps(red_max, hd, fmax_op) * scl);
+      alpha[e] = step.alpha;
+      const float p0 = softmax_p(s[e], scl, step.m_use);
+      const float p1 = softmax_p(s[2 + e], scl, step.m_use);
+      l_run[e] = softmax_sum(l_run[e], alpha[e], p0 + p1);
+      if constexpr (kF16) {
+        uint16_t* prow = reinterpret_cast<uint16_t*>(pbuf + hd * kPStride);
+        prow[key0] = p_bits<true>(p0 * vs);
+        prow[key0 + 8] = p_bits<true>(p1 * vs);
+      } else {
+        __nv_bfloat16* prow = reinterpret_cast<__nv_bfloat16*>(pbuf + hd * kPStride);
+        prow[key0] = __float2bfloat16_rn(p0 * vs);
+        prow[key0 + 8] = __float2bfloat16_rn(p1 * vs);
+      }
     }
     named_sync(kBarP, 128);
     if (tid == 0) trace::chunk(i, trace::kWg0P);
@@ -519,7 +522,7 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
           uint32_t va[4];
           ldmatrix_x4_trans(va,
                             kbuf + (mt / 4) * kColBytes + kk * 16 * kAtomBytes + v_lane[mt % 4]);
-          mma_bf16(o[mt], va, pf[2 * h], pf[2 * h + 1]);
+          mma_16816<kF16>(o[mt], va, pf[2 * h], pf[2 * h + 1]);
         }
       }
     }
@@ -624,7 +627,7 @@ __device__ __forceinline__ float reduce_scatter_heads(float (&v)[8], int g, Op o
 // Accumulator layout (m64nNH): d[4j + 2h + e] is row 16 warp + g + 8h (a key of S^T, a dim of an
 // O^T block) and column 8j + 2 tig + e (a head): every array below indexed [j][e] is this thread's
 // heads, the same in S^T and O^T.
-template <bool kValueScale>
+template <bool kValueScale, bool kF16>
 __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, const cta_state& st,
                                                     const chunk_walk& walk, int tid, int i0) {
   constexpr int NH = kMaxRows;
@@ -666,9 +669,9 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      wgmma_m64n32_ss(s, desc_at(k_desc, (ks / 4) * kColBytes + (ks % 4) * 32),
-                      desc_at(q_desc, (ks / 4) * (NH * kAtomBytes) + (ks % 4) * 32),
-                      ks > 0 ? 1 : 0);
+      wgmma_m64n32_ss<kF16>(s, desc_at(k_desc, (ks / 4) * kColBytes + (ks % 4) * 32),
+                            desc_at(q_desc, (ks / 4) * (NH * kAtomBytes) + (ks % 4) * 32),
+                            ks > 0 ? 1 : 0);
     }
     wgmma_commit();
     const uint32_t* valid =
@@ -704,13 +707,11 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
         const int hd = 8 * j + 2 * tig + e;
         const float4 mw = *reinterpret_cast<const float4*>(red_max + 4 * hd);  // the four warps'
         const float m_chunk = fmaxf(fmaxf(mw.x, mw.y), fmaxf(mw.z, mw.w));
-        const float m_new = fmaxf(m_run[j][e], m_chunk * scl);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[j][e] = exp2_ftz(m_run[j][e] - m_use);
-        m_run[j][e] = m_new;
-        pe[j][0][e] = exp2_ftz(fmaf(s[4 * j + e], scl, -m_use));
-        pe[j][1][e] = exp2_ftz(fmaf(s[4 * j + 2 + e], scl, -m_use));
-        l_run[j][e] = l_run[j][e] * alpha[j][e] + (pe[j][0][e] + pe[j][1][e]);
+        const softmax_step step = online_softmax_step(m_run[j][e], m_chunk * scl);
+        alpha[j][e] = step.alpha;
+        pe[j][0][e] = softmax_p(s[4 * j + e], scl, step.m_use);
+        pe[j][1][e] = softmax_p(s[4 * j + 2 + e], scl, step.m_use);
+        l_run[j][e] = softmax_sum(l_run[j][e], alpha[j][e], pe[j][0][e] + pe[j][1][e]);
       }
       // P^T[head][key] (bf16, RNE as f32_to_bf16), the 128B swizzle of a 64-key row: the thread's
       // values are mma fragments of 8x8 blocks (keys 16 warp + 8h.., heads 8j..), stored
@@ -720,7 +721,7 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
       uint32_t frag[4];
 #pragma unroll
       for (int m = 0; m < 4; ++m)
-        frag[m] = pack_bf16(pe[2 * x + m / 2][m % 2][0] * vs, pe[2 * x + m / 2][m % 2][1] * vs);
+        frag[m] = pack_p<kF16>(pe[2 * x + m / 2][m % 2][0] * vs, pe[2 * x + m / 2][m % 2][1] * vs);
       // Lane 8m + c addresses row c of block m = 2 (j - 2x) + h: head hd, keys 16 warp + 8h...
       const int hd = 8 * (2 * x + lane / 16) + lane % 8;
       const int unit = 2 * warp + (lane / 8) % 2;
@@ -746,8 +747,8 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
     for (int kk = 0; kk < kKeys / 16; ++kk)
 #pragma unroll
       for (int mb = 0; mb < 8; ++mb)
-        wgmma_m64n32_ss_ta(o[mb], desc_at(v_desc, mb * kColBytes + kk * 16 * kAtomBytes),
-                           desc_at(p_desc, kk * 32), 1);
+        wgmma_m64n32_ss_ta<kF16>(o[mb], desc_at(v_desc, mb * kColBytes + kk * 16 * kAtomBytes),
+                                 desc_at(p_desc, kk * 32), 1);
     wgmma_commit();
     wgmma_wait0();
 #pragma unroll
@@ -853,7 +854,7 @@ struct small_regs {
 // into a raw stage (producer_stage; small_staged_applies), else loaded by the producers
 // (producer_convert). kH8: a 16-head tile's CTA serving at most 8 heads with small_consumer_h8
 // (attention_params::small_heads8). kPersistent (16-head tiles of staged rows, one key split;
-// attention_sm90_small_persistent): a grid smaller than the work items, each CTA running its items
+// planner.cpp choose_run): a grid smaller than the work items, each CTA running its items
 // in turn (cta_item). The producers copy the next item's first rows while the consumer finishes
 // this one. At an item change the 8-head consumer finds the next Q already in the Q tile; the
 // 16-head consumer loads it (prefetched into the L2 when the item began), and the sinks where the
@@ -884,7 +885,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1)
     const int row = 32 * half + 8 * ((tid % 128) / 32) + (tid & 7);
     const int rows[2] = {row, row};
     // FP8: slot 1 is the next chunk's row (half chunks); bf16 copies one row per chunk.
-    first = speculate_first(p, t, st.c_begin, c_end, rows, !row_format<L>::kBf16);
+    first = speculate_first(p, t, st.c_begin, c_end, rows, !row_format<L>::kCopied);
   }
   if (tid < 2) store_list_count(p, t, tid, counts);
   if (tid == 32) {
@@ -919,8 +920,9 @@ __global__ void __launch_bounds__(kSmallThreads, 1)
       for (int r = tid / 64; r < rows; r += 2) {
         const uint32_t off =
             MT == 1 ? (row0 + r) * kStageStride + 16 * unit : q_tile_offset(r, unit);
-        load_q_unit(p, st.smem + small_map::q + off, q0 + r * p.q.stride_h + 8 * unit,
-                    s.head0 + r >= p.num_heads);
+        load_q_unit<row_format<L>::kF16>(p, st.smem + small_map::q + off,
+                                         q0 + r * p.q.stride_h + 8 * unit,
+                                         s.head0 + r >= p.num_heads);
       }
       cp_async_commit();
     };
@@ -935,6 +937,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1)
     load_q(st);
     if (tid == 0) trace::header(trace::kQReady);
     constexpr bool kValueScale = L == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+    constexpr bool kF16 = row_format<L>::kF16;
     // 8-head persistent CTAs hold Q^T in registers: item k + 1's Q goes into rows 8..15 of the Q
     // tile (padding rows of an 8-head tile) as soon as every thread holds item k's, and lands while
     // item k runs; the epilogue stages rows 0..7. (Loaded at the item change, the next Q and sinks
@@ -948,14 +951,14 @@ __global__ void __launch_bounds__(kSmallThreads, 1)
     };
     auto consume = [&](const cta_state& s, const chunk_walk& w, int k, int i0) {
       if constexpr (kNextQ) {
-        return small_consumer_h8<kValueScale>(p, s, w, tid, i0, k == 0 ? 0u : kNextQRows,
-                                              [&] { load_next_q(k + 1); });
+        return small_consumer_h8<kValueScale, kF16>(p, s, w, tid, i0, k == 0 ? 0u : kNextQRows,
+                                                    [&] { load_next_q(k + 1); });
       } else if constexpr (kH8) {
-        return small_consumer_h8<kValueScale>(p, s, w, tid, i0, 0u, [] {});
+        return small_consumer_h8<kValueScale, kF16>(p, s, w, tid, i0, 0u, [] {});
       } else if constexpr (MT == 1) {
-        return small_consumer_mma<kValueScale>(p, s, w, tid, i0);
+        return small_consumer_mma<kValueScale, kF16>(p, s, w, tid, i0);
       } else {
-        return small_consumer_wgmma<kValueScale>(p, s, w, tid, i0);
+        return small_consumer_wgmma<kValueScale, kF16>(p, s, w, tid, i0);
       }
     };
     // Persistent CTAs of 16 heads (Q read every chunk): item k's Q rows into the L2 (one 128-byte
@@ -1000,7 +1003,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1)
     }
   } else {
     set_max_registers_dec<small_regs<MT>::kProducer>();
-    if constexpr (row_format<L>::kBf16) {
+    if constexpr (row_format<L>::kCopied) {
       producer_copy<L, small_map, true>(p, st, walk, first, half, (tid % 128) / 32, tid % 32);
     } else if constexpr (kStaged) {
       producer_stage<L, small_stage_map<MT>, kPersistent>(p, st, walk, first, half,
@@ -1045,14 +1048,14 @@ cudaError_t for_each_small_kernel(F&& f) {
   return err;
 }
 
-// The plan's kernel: its tile width, staged rows where they apply, the 8-head consumer if asked,
-// persistent CTAs where attention_sm90_small_persistent says.
+// The kernel of run p: its tile width, staged rows, the 8-head consumer and persistent CTAs as the
+// planner chose them (attention_params::small_staged, small_heads8, persistent).
 template <uint32_t L>
 cudaError_t launch_small(const attention_params& p, cudaLaunchConfig_t cfg) {
-  const bool staged = p.small_staged != 0 && small_staged_applies(p.head_tiles, L);
+  const bool staged = p.small_staged != 0;
   const bool h8 = p.small_heads8 != 0;
-  const bool persistent = attention_sm90_small_persistent(p);
-  if (persistent) cfg.gridDim.x = static_cast<unsigned>(p.resident_ctas[0]);
+  const bool persistent = p.persistent != 0;
+  cfg.gridDim.x = static_cast<unsigned>(p.launch_ctas);
   bool launched = false;
   const cudaError_t err =
       for_each_small_kernel<L>([&](auto kernel, int mt, bool s, bool k8, bool pers) {
@@ -1064,22 +1067,29 @@ cudaError_t launch_small(const attention_params& p, cudaLaunchConfig_t cfg) {
   return err != cudaSuccess ? err : launched ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-}  // namespace
-
-size_t attention_sm90_small_smem_bytes(int head_tiles, uint32_t layout, bool staged) {
-  const bool s = staged && small_staged_applies(head_tiles, layout);
-  return head_tiles == 2 ? small_smem_bytes<2>(s) : small_smem_bytes<1>(s);
+// The kernel table's hooks (kernels.h).
+bool small_serves(int cc_major, int head_dim_qk, uint32_t main_layout, uint32_t extra_layout) {
+  return cc_major == 9 && head_dim_qk == kHeadDim && sm90_layouts(main_layout, extra_layout);
 }
 
-bool attention_sm90_small_compiled() {
+bool small_compiled() {
   cudaFuncAttributes attr{};
   if (cudaFuncGetAttributes(&attr, attention_sm90_small_kernel<DSV4_KV_LAYOUT_BF16, 1, false>) !=
       cudaSuccess)
     return false;
-  return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;  // as attention_sm90_compiled
+  // Machine code built for sm_90a reports PTX 9.0; a JIT of the compute_80 PTX reports 8.0.
+  return attr.ptxVersion >= 90 && attr.binaryVersion >= 90;
 }
 
-cudaError_t attention_sm90_small_configure() {
+// Dynamic shared memory of `head_tiles` tiles of `layout`, with the staged producers if `staged`
+// asks for them where they apply.
+size_t smem_for(int head_tiles, uint32_t layout, bool staged) {
+  const bool s = staged && small_staged_applies(head_tiles, layout);
+  return head_tiles == 2 ? small_smem_bytes<2>(s) : small_smem_bytes<1>(s);
+}
+size_t small_smem(const kernel_config& c) { return smem_for(c.head_tiles, c.layout, c.staged); }
+
+cudaError_t small_configure(const kernel_config&) {
 #if defined(DSV4_SM90_TRACE)
   if (const cudaError_t terr = trace::attach(); terr != cudaSuccess) return terr;
 #endif
@@ -1087,41 +1097,49 @@ cudaError_t attention_sm90_small_configure() {
     constexpr uint32_t L = decltype(l)::value;
     return for_each_small_kernel<L>([](auto kernel, int mt, bool staged, bool, bool) {
       return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(attention_sm90_small_smem_bytes(mt, L, staged)));
+                                  static_cast<int>(smem_for(mt, L, staged)));
     });
   });
 }
 
-cudaError_t attention_sm90_small_resident(int head_tiles, uint32_t layout, int sm_count,
-                                          int* resident) {
-  *resident = 0;
-  if (!small_persistent_applies(head_tiles, layout)) return cudaSuccess;
-  const size_t smem = attention_sm90_small_smem_bytes(head_tiles, layout, true);
-  return with_sm90_layout(layout, [&](auto l) {
+// The persistent CTAs the device holds at once of a configuration with a persistent form (staged
+// 16-head tiles of FP8 rows); 0 elsewhere.
+cudaError_t small_occupancy(const kernel_config& c, int sm_count, int* ctas_per_sm,
+                            int resident[2]) {
+  *ctas_per_sm = 1;
+  resident[0] = resident[1] = 0;
+  if (!c.staged || !small_persistent_applies(c.head_tiles, c.layout)) return cudaSuccess;
+  const size_t smem = smem_for(c.head_tiles, c.layout, true);
+  return with_sm90_layout(c.layout, [&](auto l) {
     constexpr uint32_t L = decltype(l)::value;
     return for_each_small_kernel<L>([&](auto kernel, int mt, bool staged, bool h8, bool pers) {
-      if (mt != head_tiles || !staged || h8 || !pers) return cudaSuccess;
+      if (mt != c.head_tiles || !staged || h8 || !pers) return cudaSuccess;
       int per_sm = 0;
       const cudaError_t err =
           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSmallThreads, smem);
-      *resident = per_sm * sm_count;
+      resident[0] = per_sm * sm_count;
       return err;
     });
   });
 }
 
-cudaError_t attention_sm90_small_launch(const attention_params& p, cudaStream_t stream) {
+// The kernel and, when num_splits > 1, the combine kernel.
+cudaError_t small_launch(const attention_params& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return cudaSuccess;
   if (p.head_tiles < 1 || p.head_tiles > 2) return cudaErrorInvalidValue;
   if (p.small_heads8 != 0 && (p.head_tiles != 1 || p.num_heads > 8)) return cudaErrorInvalidValue;
-  const size_t smem =
-      attention_sm90_small_smem_bytes(p.head_tiles, p.cache[0].layout, p.small_staged != 0);
+  const size_t smem = smem_for(p.head_tiles, p.cache[0].layout, p.small_staged != 0);
   const cudaLaunchConfig_t cfg = cta_grid_config(p, kSmallThreads, smem, stream);
   const cudaError_t err = with_sm90_layout(
       p.cache[0].layout, [&](auto l) { return launch_small<decltype(l)::value>(p, cfg); });
   if (err != cudaSuccess || p.num_splits == 1) return err;
   return combine_launch(p, stream);
 }
+
+}  // namespace
+
+const kernel_family kSmallKernels = {"sm90-mma",      small_serves,    small_compiled, small_smem,
+                                     small_configure, small_occupancy, small_launch};
 
 }  // namespace cuda
 }  // namespace dsv4

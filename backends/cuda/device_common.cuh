@@ -83,6 +83,24 @@ __device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, uint32_t b
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The same with fp16 inputs (the fp16 row layout: fp16 K and V, fp16 Q and P).
+__device__ __forceinline__ void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// The tensor cores' element type: bf16, or fp16 (kF16) for caches of the fp16 layout.
+template <bool kF16>
+__device__ __forceinline__ void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  if constexpr (kF16) {
+    mma_f16(d, a, b0, b1);
+  } else {
+    mma_bf16(d, a, b0, b1);
+  }
+}
+
 // Two fp32 rounded to bf16 (RNE, as the codec's f32_to_bf16; NaN stays NaN): one hardware
 // instruction on sm_80+, the shared codec elsewhere.
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -92,6 +110,40 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 #else
   return static_cast<uint32_t>(f32_to_bf16(lo)) | (static_cast<uint32_t>(f32_to_bf16(hi)) << 16);
 #endif
+}
+
+// Two fp32 rounded to fp16 (RNE, as the codec's f32_to_fp16).
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+// A pair of probabilities in the tensor cores' element type.
+template <bool kF16>
+__device__ __forceinline__ uint32_t pack_p(float lo, float hi) {
+  if constexpr (kF16) {
+    return pack_f16(lo, hi);
+  } else {
+    return pack_bf16(lo, hi);
+  }
+}
+// One probability in it (16 bits).
+template <bool kF16>
+__device__ __forceinline__ uint16_t p_bits(float x) {
+  if constexpr (kF16) {
+    return __half_as_ushort(__float2half_rn(x));
+  } else {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  }
+}
+// Eight bf16 q values as fp16 (fp16 plans multiply fp16 Q with fp16 rows): exact for |q| in
+// [2^-14, 65504]; smaller values keep fp16's subnormal step 2^-24, larger ones overflow (DSV4's
+// q is RMS-normed per head: |q| <= sqrt(512)).
+__device__ __forceinline__ uint4 bf16x8_to_f16x8(uint4 v) {
+  uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = pack_f16(__uint_as_float(w[i] << 16), __uint_as_float(w[i] & 0xffff0000u));
+  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // 8 e4m3 bytes times a scale, each product rounded to bf16: round_to_bf16(fp8_e4m3_to_f32(b) * s).
@@ -184,6 +236,44 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// ------------------------------------------------------------------------------------------------
+// The online softmax (base 2), written once for every consumer. A row's state is its running max
+// (log2 domain, scaled logits; -inf before its first valid key) and its running sum (of the row,
+// or of this thread's keys where the parts are added at the end). Each chunk folds its max into
+// the state; what the row held (its sum and O) is rescaled by alpha, and the chunk's probabilities
+// are 2^(logit - m_use).
+
+// The max a row's exponentials subtract when its running max is m: m, or 0 while the row has no
+// valid key (every logit -inf: 2^(-inf - 0) = 0, where -inf - -inf would be NaN).
+__device__ __forceinline__ float softmax_max_use(float m) { return m == -INFINITY ? 0.0f : m; }
+// The factor of what a row held when its running max moves from m_old to m_new.
+__device__ __forceinline__ float softmax_alpha(float m_old, float m_new) {
+  return exp2_ftz(m_old - softmax_max_use(m_new));
+}
+struct softmax_step {
+  float alpha;  // the factor of the row's previous sum and O
+  float m_use;  // the max this chunk's exponentials subtract (softmax_max_use)
+};
+// Folds a chunk's max m_chunk (scaled logits) into the row's running max m_run.
+__device__ __forceinline__ softmax_step online_softmax_step(float& m_run, float m_chunk) {
+  const float m_new = fmaxf(m_run, m_chunk);
+  const float m_use = softmax_max_use(m_new);
+  const softmax_step st{exp2_ftz(m_run - m_use), m_use};
+  m_run = m_new;
+  return st;
+}
+// A probability: 2^(logit - m_use) of a scaled logit, or of an unscaled one times its scale.
+__device__ __forceinline__ float softmax_p(float logit, float m_use) {
+  return exp2_ftz(logit - m_use);
+}
+__device__ __forceinline__ float softmax_p(float raw, float scale, float m_use) {
+  return exp2_ftz(fmaf(raw, scale, -m_use));
+}
+// The row's running sum after a chunk whose probabilities add up to chunk_sum.
+__device__ __forceinline__ float softmax_sum(float l, float alpha, float chunk_sum) {
+  return l * alpha + chunk_sum;
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common/index.h"
+#include "common/layout.h"
 #include "common/paged_index.h"
 #include "dsv4_backend.h"
 #include "dsv4_backend_export.h"
@@ -56,10 +57,13 @@ struct attention_params {
   int32_t out_aligned16;      // out rows are 16-byte aligned: written with 16-byte stores
   int32_t chunk_keys;         // kChunkKeys, or kSmallChunkKeys (16-head tiles, small shared memory)
   int32_t dependent_combine;  // sm_90+: the combine kernel is a programmatic dependent launch
-  int32_t resident_ctas[2];   // Hopper kernels: CTAs / CTA pairs x 2 (wgmma) the device holds at
-                              // once (persistent CTAs for many work items); 0: one CTA per item
-  int32_t persistent_forced;  // persistent CTAs for uneven items too (DSV4_CUDA_PERSISTENT tests)
-  int32_t stream_rows;        // Hopper producers: rows are mostly read once, evicted first from L2
+  // How the planner launches it (host only; the kernels read gridDim): the CTAs, whether they
+  // form pairs (cluster 2: the wgmma kernel's two head groups share each chunk's conversion), and
+  // whether they are persistent (fewer CTAs than work items, each running its items in turn).
+  int32_t launch_ctas;
+  int32_t cluster_ctas;
+  int32_t persistent;
+  int32_t stream_rows;   // Hopper producers: rows are mostly read once, evicted first from L2
   int32_t small_staged;  // small-head kernel: FP8 rows staged by the bulk-copy engine where it can
   int32_t small_heads8;  // small-head kernel, 1..8 heads on a 16-head tile: the 8-head consumer
   dsv4_mod_token_view q;
@@ -109,36 +113,87 @@ constexpr int kOrderMaxChunks = 255;
 // Enqueues the order of run p's tokens into order[T] (p.token_order is not read).
 cudaError_t token_order_launch(const attention_params& p, int32_t* order, cudaStream_t stream);
 
-// Bytes of a chunk's staging buffer for the caches in use (a pseudo-block of `chunk` entries).
-size_t attention_stage_bytes(uint32_t main_layout, uint32_t extra_layout, int chunk);
-// Dynamic shared memory of one attention CTA.
-size_t attention_smem_bytes(int head_tiles, int head_dim_qk, size_t stage_bytes, int chunk);
-// Raises the kernel's dynamic shared-memory limit on the current device (call at plan creation).
-cudaError_t attention_configure(int head_tiles, int chunk, size_t smem_bytes);
-// Attention CTAs one SM holds at once (after attention_configure).
-int attention_ctas_per_sm(int head_tiles, int chunk, int head_dim_qk, size_t smem_bytes);
-// Enqueues the attention kernel and, when num_splits > 1, the combine kernel.
-cudaError_t attention_launch(const attention_params& p, size_t smem_bytes, cudaStream_t stream);
 // Enqueues the kernel that merges the num_splits partials of every (token, head) (a programmatic
 // dependent launch when p.dependent_combine).
 cudaError_t combine_launch(const attention_params& p, cudaStream_t stream);
 
-// Hopper (sm_90a) kernel, attention_sm90.cu: 64-head tiles (head_groups 1, or 2 as a CTA pair
-// sharing each dequantised chunk), wgmma, a producer warpgroup; one 512-dim layout for both caches,
-// 16-byte aligned caches. The module uses it on compute capability 9.0 when
-// attention_sm90_compiled().
+// ------------------------------------------------------------------------------------------------
+// The kernel table. A kernel family describes itself once, in its own file: what it serves, the
+// shared memory and residency of a configuration, and its hooks. The planner (planner.cpp) picks
+// the family, tiling, splits, token order, pairs and persistence; module.cpp configures what the
+// plan holds and launches what the planner chose; a launch hook only launches what
+// attention_params says (launch_ctas, cluster_ctas, persistent, token_order, small_*).
+enum : int32_t { kMmaFamily = 0, kWgmmaFamily = 1, kSmallFamily = 2, kFamilies = 3 };
+
+// One kernel configuration of a family: what its hooks need to know of a tiling.
+struct kernel_config {
+  int32_t family = kMmaFamily;
+  int32_t head_tiles = 0;  // 16-head mma tiles per CTA
+  int32_t chunk = 64;      // keys per chunk (the mma.sync kernel: 64, or 32 for small smem)
+  int32_t head_dim_qk = 512;
+  uint32_t layout = 0;     // the main cache's layout (the Hopper kernels: both caches')
+  size_t stage_bytes = 0;  // the mma.sync kernel: one chunk's raw rows (attention_stage_bytes)
+  bool staged = false;     // the small-head kernel: FP8 rows staged by the bulk-copy engine
+};
+
+struct kernel_family {
+  const char* name;  // as plan names and run logs give it
+  // What it serves: compute capability (major), key dims (512, or 576 for the V3.2 layout) and the
+  // layouts of the main and extra caches (NONE: absent). Host only.
+  bool (*serves)(int cc_major, int head_dim_qk, uint32_t main_layout, uint32_t extra_layout);
+  // The loaded image holds its machine code for the current device (not a PTX JIT without it).
+  bool (*compiled)();
+  size_t (*smem_bytes)(const kernel_config& c);  // dynamic shared memory of one CTA
+  // Raises its kernels' shared-memory limits on the current device (plan creation).
+  cudaError_t (*configure)(const kernel_config& c);
+  // CTAs of configuration c one SM holds, and the CTAs the device holds at once for persistent
+  // runs: resident[0] single, resident[1] in pairs (0: no persistent form).
+  cudaError_t (*occupancy)(const kernel_config& c, int sm_count, int* ctas_per_sm, int resident[2]);
+  // Enqueues run p as it says, and the combine of its splits.
+  cudaError_t (*launch)(const attention_params& p, cudaStream_t stream);
+};
+extern const kernel_family kMmaKernels;    // attention.cu: mma.sync, any layout, sm_80+
+extern const kernel_family kWgmmaKernels;  // attention_sm90.cu: wgmma, 64-head CTAs, sm_90a
+extern const kernel_family kSmallKernels;  // attention_sm90_small.cu: 1..32 heads, sm_90a
+inline const kernel_family& kernel_family_of(int32_t family) {
+  return family == kWgmmaFamily   ? kWgmmaKernels
+         : family == kSmallFamily ? kSmallKernels
+                                  : kMmaKernels;
+}
+
+// Bytes of the mma.sync kernel's staging buffer for the caches in use (a pseudo-block of `chunk`
+// entries).
+inline size_t attention_stage_bytes(uint32_t main_layout, uint32_t extra_layout, int chunk) {
+  size_t bytes = 0;
+  const uint32_t layouts[2] = {main_layout, extra_layout};
+  for (uint32_t layout : layouts) {
+    if (!layout_is_known(layout)) continue;
+    const size_t b = static_cast<size_t>(layout_min_block_bytes(layout, chunk));
+    bytes = b > bytes ? b : bytes;
+  }
+  return (bytes + 15) / 16 * 16;
+}
+
+// Whether rows of `layout` are 16-bit values the kernels copy as they are (bf16; fp16, multiplied
+// as fp16), not FP8 bytes they convert to bf16.
+constexpr DSV4_HD bool layout_copied(uint32_t layout) {
+  return layout == DSV4_KV_LAYOUT_BF16 || layout == DSV4_KV_LAYOUT_FP16;
+}
+
+// The Hopper kernels' one 512-dim layout for both caches.
+inline bool sm90_layouts(uint32_t main_layout, uint32_t extra_layout) {
+  const bool known = main_layout == DSV4_KV_LAYOUT_FP8_V4_584B ||
+                     main_layout == DSV4_KV_LAYOUT_BF16 || main_layout == DSV4_KV_LAYOUT_FP16 ||
+                     main_layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+  return known && (extra_layout == DSV4_KV_LAYOUT_NONE || extra_layout == main_layout);
+}
+
+// Hopper (sm_90a) kernel, attention_sm90.cu: 64-head tiles (head_groups 1, or 2, as a CTA pair
+// sharing each dequantised chunk where cluster_ctas is 2), wgmma, a producer warpgroup.
 constexpr int kSm90Heads = 64;
-size_t attention_sm90_smem_bytes();
-bool attention_sm90_compiled();  // the loaded image has the sm_90a kernel (not a PTX JIT of it)
-bool attention_sm90_layouts(uint32_t main_layout, uint32_t extra_layout);  // caches it serves
-cudaError_t attention_sm90_configure();
-// CTAs of the wgmma kernel the device holds at once: resident[0] single, resident[1] in pairs
-// (after attention_sm90_configure).
-cudaError_t attention_sm90_resident(int sm_count, int resident[2]);
-// `order` (or nullptr): a buffer of num_tokens entries; the run's CTAs then take its tokens longest
-// first (token_order_launch enqueues the order before the attention kernel, whose CTAs wait for
-// it).
-cudaError_t attention_sm90_launch(const attention_params& p, int32_t* order, cudaStream_t stream);
+// Whether run p's Q can come by the wgmma kernel's tensor map (bf16, 16-byte aligned rows, whole
+// batch rows, strides the encoder takes): persistent wgmma CTAs need it. Host only.
+bool q_map_applies(const attention_params& p);
 
 // Hopper kernel for 1..32 heads, attention_sm90_small.cu: 16- or 32-head tiles (head_tiles 1 or 2),
 // mma.sync, two producer warpgroups; the layouts, alignment and image check of the kernel above.
@@ -146,31 +201,14 @@ cudaError_t attention_sm90_launch(const attention_params& p, int32_t* order, cud
 // `layout`: 16-head tiles of the FP8 layouts, 32-head tiles of the 584 B layout (their stage holds
 // the FP8 bytes; attention_params::small_staged asks for them).
 constexpr DSV4_HD bool small_staged_applies(int head_tiles, uint32_t layout) {
-  return (head_tiles == 1 && layout != DSV4_KV_LAYOUT_BF16) ||
+  return (head_tiles == 1 && layout != DSV4_KV_LAYOUT_BF16 && layout != DSV4_KV_LAYOUT_FP16) ||
          (head_tiles == 2 && layout == DSV4_KV_LAYOUT_FP8_V4_584B);
 }
-// Whether it has a persistent form (attention_sm90_small_persistent) for `head_tiles` tiles of
-// `layout`: 16-head tiles of staged FP8 rows (32-head tiles were slower persistent: planner.cpp).
+// Whether it has a persistent form for `head_tiles` tiles of `layout`: 16-head tiles of staged FP8
+// rows (32-head tiles were slower persistent: planner.cpp).
 constexpr DSV4_HD bool small_persistent_applies(int head_tiles, uint32_t layout) {
   return head_tiles == 1 && small_staged_applies(1, layout);
 }
-// Its dynamic shared memory for `head_tiles` tiles of `layout`, with the staged producers if
-// `staged` asks for them where they apply.
-size_t attention_sm90_small_smem_bytes(int head_tiles, uint32_t layout, bool staged);
-bool attention_sm90_small_compiled();
-cudaError_t attention_sm90_small_configure();
-// CTAs of its staged kernel of `head_tiles` tiles of `layout` the device holds at once (its
-// persistent CTAs; after attention_sm90_small_configure); 0 where it has no persistent form.
-cudaError_t attention_sm90_small_resident(int head_tiles, uint32_t layout, int sm_count,
-                                          int* resident);
-// Whether run p takes persistent CTAs (p.resident_ctas[0] of them, each running its work items in
-// turn): 16-head tiles of staged rows, one key split, at least three times the work items the
-// device holds at once, all of one length (a fixed item order would lose the hardware's balancing
-// of uneven ones); with p.persistent_forced, any lengths and more items than CTAs. Host code in
-// planner.cpp (tested without a GPU).
-bool attention_sm90_small_persistent(const attention_params& p);
-// Enqueues the kernel and, when num_splits > 1, the combine kernel.
-cudaError_t attention_sm90_small_launch(const attention_params& p, cudaStream_t stream);
 
 // Paged mode: builds every token's SWA and compressed lists into the workspace (one thread per
 // token, through backends/common/paged_index.h).

@@ -99,8 +99,7 @@ struct plan {
   const context* ctx = nullptr;
   dsv4_mod_plan mod{};          // the host's derived plan
   int chunk_keys = kChunkKeys;  // keys per shared-memory chunk
-  run_planner
-      planner{};  // the tilings runs choose from (wide: the mma.sync kernel's), the tuning knobs
+  run_planner planner{};  // the tilings runs choose from (wide: the mma.sync kernel's), the knobs
   int width[2] = {0, 0};  // list widths (explicit: topk / extra_topk; paged: W / cmp width)
   int chunks[2] = {0, 0};
   size_t stage_bytes = 0;
@@ -108,7 +107,7 @@ struct plan {
   size_t partial_rows = 0;  // (token, split) rows of partials the workspace holds
   size_t order_offset = 0;  // wgmma plans: the token order's [max_tokens] int32 in the workspace
   size_t workspace_bytes = 0;
-  bool log_runs = false;  // DSV4_CUDA_LOG_RUNS=1: each run logs its tiling and splits (debug level)
+  bool log_runs = false;  // DSV4_CUDA_LOG_RUNS=1: each run logs the planner's choice (debug level)
   char kernel[128] = {0};
 };
 
@@ -148,19 +147,24 @@ size_t partial_bytes_ml(size_t rows, int heads) {
 dsv4_status check_plan(plan* p) {
   const dsv4_mod_plan& o = p->mod;
   for (const dsv4_mod_cache_plan& c : o.cache) {
-    if (c.layout == DSV4_KV_LAYOUT_FP16)
-      return fail(DSV4_STATUS_UNSUPPORTED, "plan: the FP16 cache layout has no CUDA kernel yet");
     if ((c.flags & DSV4_KV_CACHE_FLAG_FP8_FNUZ) != 0)
       return fail(DSV4_STATUS_UNSUPPORTED,
-                  "plan: FP8 FNUZ caches (ROCm gfx942) have no CUDA kernel");
+                  "plan: FP8 FNUZ caches (ROCm gfx942's flavour) have no CUDA kernel; the HIP "
+                  "module serves them");
   }
   if (o.out_dtype.code != DSV4_DTYPE_CODE_BFLOAT)
     return fail(DSV4_STATUS_UNSUPPORTED,
                 "plan: out_dtype float32 (partials for dsv4_merge) has no CUDA epilogue yet; "
                 "merge bf16 partials");
-  if ((o.flags & DSV4_PLAN_FLAG_BATCH_INVARIANT) != 0)
+  // fp16 caches run on fp16 tensor-core inputs (q converted to fp16), every other layout on bf16:
+  // one kernel multiplies one element type.
+  const bool fp16[2] = {o.cache[0].layout == DSV4_KV_LAYOUT_FP16,
+                        o.cache[1].layout == DSV4_KV_LAYOUT_FP16};
+  if (o.cache[1].layout != DSV4_KV_LAYOUT_NONE && fp16[0] != fp16[1])
     return fail(DSV4_STATUS_UNSUPPORTED,
-                "plan: DSV4_PLAN_FLAG_BATCH_INVARIANT is not implemented by the CUDA module yet");
+                "plan: an FP16 cache with a cache of another layout (swa_cache layout %u, "
+                "extra_cache layout %u); the CUDA kernels take fp16 caches only in pairs",
+                o.cache[0].layout, o.cache[1].layout);
   if (o.list_width[1] > (1 << 24))
     return fail(DSV4_STATUS_UNSUPPORTED, "plan: compressed width %d", o.list_width[1]);
   p->width[0] = o.list_width[0];
@@ -169,131 +173,47 @@ dsv4_status check_plan(plan* p) {
   return DSV4_STATUS_OK;
 }
 
-// Head tiling and shared memory: the most heads per CTA (up to 64) that the device's shared memory
-// allows; fewer heads than 16 per tile are computed as a padded tile (no memory traffic for them).
+// The plan's tilings (planner.cpp), configured and measured on the device through the kernel
+// table (kernels.h); its workspace and kernel name.
 dsv4_status size_plan(plan* p) {
   const dsv4_mod_plan& o = p->mod;
-  int tiles = mma_head_tiles(o.num_heads);
-  // DSV4_CUDA_CHUNK=32 forces the small-chunk variant (tests run it on large-memory GPUs).
-  const char* env = host_env("DSV4_CUDA_CHUNK");
-  const bool force_small = env != nullptr && std::atoi(env) == kSmallChunkKeys;
-  int chunk = kChunkKeys;
-  for (; tiles >= 1 && !force_small; tiles /= 2) {
-    p->stage_bytes = attention_stage_bytes(o.cache[0].layout, o.cache[1].layout, chunk);
-    if (attention_smem_bytes(tiles, o.head_dim_qk, p->stage_bytes, chunk) <= p->ctx->smem_optin)
-      break;
-  }
-  if (force_small || tiles < 1) {  // 16-head tiles over 32-key chunks (about 75 KB)
-    tiles = 1;
-    chunk = kSmallChunkKeys;
-    p->stage_bytes = attention_stage_bytes(o.cache[0].layout, o.cache[1].layout, chunk);
-    if (attention_smem_bytes(tiles, o.head_dim_qk, p->stage_bytes, chunk) > p->ctx->smem_optin)
-      return fail(DSV4_STATUS_UNSUPPORTED, "plan: device shared memory %zu bytes is too small",
-                  p->ctx->smem_optin);
-  }
-  p->chunk_keys = chunk;
-  p->chunks[0] = (p->width[0] + chunk - 1) / chunk;
-  p->chunks[1] = (p->width[1] + chunk - 1) / chunk;
-  run_planner& rp = p->planner;
-  rp.sm_count = p->ctx->sm_count;
-  rp.num_heads = o.num_heads;
-  rp.total_chunks = p->chunks[0] + p->chunks[1];
-  tiling& w = rp.wide;
-  w = mma_tiles(tiles, o.num_heads, false);
-  w.smem_bytes = attention_smem_bytes(tiles, o.head_dim_qk, p->stage_bytes, chunk);
-  const cudaError_t err = attention_configure(tiles, chunk, w.smem_bytes);
-  if (err != cudaSuccess) return cuda_fail(err, "plan: cudaFuncSetAttribute");
-  w.ctas_per_sm = attention_ctas_per_sm(tiles, chunk, o.head_dim_qk, w.smem_bytes);
-  if (tiles == kMaxHeadTiles && chunk == kChunkKeys) {
-    tiling& n = rp.narrow;
-    n = mma_tiles(kMaxHeadTiles / 2, o.num_heads, true);
-    n.smem_bytes = attention_smem_bytes(n.head_tiles, o.head_dim_qk, p->stage_bytes, chunk);
-    const cudaError_t nerr = attention_configure(n.head_tiles, chunk, n.smem_bytes);
-    if (nerr != cudaSuccess) return cuda_fail(nerr, "plan: cudaFuncSetAttribute");
-    n.ctas_per_sm = attention_ctas_per_sm(n.head_tiles, chunk, o.head_dim_qk, n.smem_bytes);
-  }
-  // Hopper: the wgmma kernel (64-head CTAs, pairs for > 64 heads) for 33..128 heads: faster than
-  // the mma.sync kernel on an H200 for every layout it serves (CONFIG1 b=64 69.5 vs 88.3 us,
-  // CONFIG3 104 vs 145 us, bf16 CONFIG1 49.5 vs 81.1 us). DSV4_CUDA_KERNEL (A/B runs, tests): =mma
-  // never uses a Hopper kernel; =wgmma keeps runs of > 32 heads off the small-head kernel's tiles
-  // (sm90_narrow), =small puts them there, =small32 on the 32-head tiles.
-  const char* kenv = host_env("DSV4_CUDA_KERNEL");
-  const char* senv = host_env("DSV4_CUDA_MAX_SPLITS");
-  if (senv != nullptr) rp.max_splits = std::max(0, std::atoi(senv));
-  if (const char* menv = host_env("DSV4_CUDA_MIN_SPLITS"))
-    rp.min_splits = std::max(0, std::atoi(menv));
+  force_knobs knobs;
+  char error[256] = {0};
+  if (!parse_force(host_env("DSV4_CUDA_FORCE"), &knobs, error, sizeof error))
+    return fail(DSV4_STATUS_INVALID_ARGUMENT, "plan: %s", error);
   p->log_runs = host_env("DSV4_CUDA_LOG_RUNS") != nullptr && !host_env_off("DSV4_CUDA_LOG_RUNS");
-  if (const char* v = host_env("DSV4_CUDA_ORDER")) rp.order = std::strcmp(v, "0") == 0 ? -1 : 1;
-  if (kenv != nullptr && std::strcmp(kenv, "small") == 0) rp.force_sm90_narrow = 1;
-  if (kenv != nullptr && std::strcmp(kenv, "small32") == 0) rp.force_sm90_narrow = 2;
-  if (kenv != nullptr && std::strcmp(kenv, "wgmma") == 0) rp.force_sm90_narrow = -1;
-  // DSV4_CUDA_CHUNK=32 asks for the small-shared-memory mma.sync variant: no Hopper kernel either.
-  const bool never_sm90 = (kenv != nullptr && std::strcmp(kenv, "mma") == 0) || force_small;
-  const bool hopper = !never_sm90 && p->ctx->cc_major == 9 && o.head_dim_qk == kHeadDim &&
-                      attention_sm90_layouts(o.cache[0].layout, o.cache[1].layout);
-  // The small-head kernel's tiling of `tile_rows` (16 or 32) heads per CTA, when the device runs
-  // it.
-  const uint32_t layout = o.cache[0].layout;
-  const bool small_ok = hopper &&
-                        attention_sm90_small_smem_bytes(2, layout, false) <= p->ctx->smem_optin &&
-                        attention_sm90_small_compiled();
-  // DSV4_CUDA_SMALL_STAGE=0 (A/B runs, tests) keeps the small-head kernel's FP8 rows on the
-  // producers' loads instead of the bulk-copy engine.
-  const bool stage_ok = !host_env_off("DSV4_CUDA_SMALL_STAGE");
-  // DSV4_CUDA_SMALL_H8=0 (A/B runs, tests) keeps 1..8 heads on the 16-head tile's consumer.
-  const bool h8_ok = !host_env_off("DSV4_CUDA_SMALL_H8");
-  // Persistent CTAs of the Hopper kernels for runs of more work items than the device holds: up to
-  // `resident` of them. DSV4_CUDA_PERSISTENT (A/B runs, tests): 0 = one CTA per item; n > 0 = at
-  // most n CTAs, looping over items, whatever the lengths.
-  const char* penv = host_env("DSV4_CUDA_PERSISTENT");
-  auto cap_persistent = [&](tiling* t) {
-    if (penv == nullptr) return;
-    const int cap = std::max(0, std::atoi(penv));
-    for (int& r : t->resident) r = std::min(r, cap);
-    t->persistent_forced = cap > 0;
-  };
-  // The small-head kernel's tiles of `tile_rows` (16 or 32) heads per CTA: the plan's own tiling
-  // (1..32 heads), or narrow tiles of a plan of more heads.
-  auto small_tiling = [&](tiling* t, int tile_rows, bool narrow_of_wider) {
-    const cudaError_t cerr = attention_sm90_small_configure();
-    if (cerr != cudaSuccess) return cuda_fail(cerr, "plan: cudaFuncSetAttribute (sm90 small)");
-    *t = small_tiles(tile_rows, o.num_heads, layout, narrow_of_wider);
-    t->small_staged =
-        stage_ok && small_staged_applies(t->head_tiles, layout) &&
-        attention_sm90_small_smem_bytes(t->head_tiles, layout, true) <= p->ctx->smem_optin;
-    t->smem_bytes = attention_sm90_small_smem_bytes(t->head_tiles, layout, t->small_staged);
-    t->small_heads8 = t->small_heads8 && h8_ok;
-    if (t->small_staged) {
-      const cudaError_t rerr =
-          attention_sm90_small_resident(t->head_tiles, layout, p->ctx->sm_count, &t->resident[0]);
-      if (rerr != cudaSuccess) return cuda_fail(rerr, "plan: occupancy (sm90 small)");
-      cap_persistent(t);
-    }
-    return DSV4_STATUS_OK;
-  };
-  if (small_ok && o.num_heads <= 2 * kMmaRows) {
-    // 1..32 heads: 16- or 32-head tiles fed by two producer warpgroups (H200, CONFIG1 shapes at
-    // b=64 against the mma.sync kernel: see docs/performance.md).
-    const dsv4_status sst = small_tiling(&rp.sm90, small_tile_rows(o.num_heads), false);
-    if (sst != DSV4_STATUS_OK) return sst;
-  } else if (hopper && o.num_heads > 2 * kMmaRows &&
-             attention_sm90_smem_bytes() <= p->ctx->smem_optin && attention_sm90_compiled()) {
-    const cudaError_t serr = attention_sm90_configure();
-    if (serr != cudaSuccess) return cuda_fail(serr, "plan: cudaFuncSetAttribute (sm90)");
-    tiling& h = rp.sm90;
-    h = wgmma_tiles(o.num_heads, layout);
-    h.smem_bytes = attention_sm90_smem_bytes();
-    const cudaError_t rerr = attention_sm90_resident(p->ctx->sm_count, h.resident);
-    if (rerr != cudaSuccess) return cuda_fail(rerr, "plan: occupancy (sm90)");
-    cap_persistent(&h);
-    if (small_ok) {
-      // The small-head kernel's 16- and 32-head tiles for runs that do not fill the device with
-      // 64-head CTAs (their costs: planner.cpp).
-      dsv4_status nst = small_tiling(&rp.sm90_narrow[0], kMmaRows, true);
-      if (nst == DSV4_STATUS_OK) nst = small_tiling(&rp.sm90_narrow[1], 2 * kMmaRows, true);
-      if (nst != DSV4_STATUS_OK) return nst;
-    }
+  plan_facts f;
+  f.cc_major = p->ctx->cc_major;
+  f.sm_count = p->ctx->sm_count;
+  f.smem_optin = p->ctx->smem_optin;
+  f.num_heads = o.num_heads;
+  f.head_dim_qk = o.head_dim_qk;
+  for (int i = 0; i < 2; ++i) {
+    f.layout[i] = o.cache[i].layout;
+    f.width[i] = p->width[i];
   }
+  for (int32_t id = 0; id < kFamilies; ++id) {
+    const kernel_family& k = kernel_family_of(id);
+    f.family_ok[id] = k.serves(f.cc_major, f.head_dim_qk, f.layout[0], f.layout[1]) && k.compiled();
+  }
+  f.batch_invariant = (o.flags & DSV4_PLAN_FLAG_BATCH_INVARIANT) != 0;
+  f.smem_bytes = [](const kernel_config& c) { return kernel_family_of(c.family).smem_bytes(c); };
+  run_planner& rp = p->planner;
+  if (!plan_tilings(f, knobs, &rp, &p->chunk_keys, p->chunks, error, sizeof error))
+    return fail(DSV4_STATUS_UNSUPPORTED, "%s", error);
+  for (int i = 0; tiling* t = plan_tiling_slots(rp, i); ++i) {
+    if (t->head_tiles == 0) continue;
+    const kernel_family& k = kernel_family_of(t->config.family);
+    t->smem_bytes = k.smem_bytes(t->config);
+    char what[96];
+    std::snprintf(what, sizeof what, "plan: configuring the %s kernels", k.name);
+    cudaError_t err = k.configure(t->config);
+    if (err == cudaSuccess)
+      err = k.occupancy(t->config, p->ctx->sm_count, &t->ctas_per_sm, t->resident);
+    if (err != cudaSuccess) return cuda_fail(err, what);
+  }
+  apply_persistent_knob(knobs, &rp);
+  p->stage_bytes = rp.wide.config.stage_bytes;
   // Partials: the largest tokens x splits of any run (any tiling; the partials' layout does not
   // depend on it).
   const size_t rows = max_partial_rows(rp, o.max_tokens);
@@ -310,8 +230,9 @@ dsv4_status size_plan(plan* p) {
   // The caller's workspace need not be aligned: keep room to align its start to kAlign.
   if (p->workspace_bytes > 0) p->workspace_bytes += kAlign;
   const tiling& named = rp.sm90.head_tiles != 0 ? rp.sm90 : rp.wide;
-  std::snprintf(p->kernel, sizeof p->kernel, "cuda-%s-bf16-h%d-k%d/%s", tiling_kernel(named),
-                tiling_heads(named), chunk, o.mode == DSV4_MODE_PAGED ? "paged" : "explicit");
+  std::snprintf(p->kernel, sizeof p->kernel, "cuda-%s-%s-h%d-k%d/%s", tiling_kernel(named),
+                o.cache[0].layout == DSV4_KV_LAYOUT_FP16 ? "f16" : "bf16", tiling_heads(named),
+                p->chunk_keys, o.mode == DSV4_MODE_PAGED ? "paged" : "explicit");
   return DSV4_STATUS_OK;
 }
 
@@ -346,16 +267,8 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   a.num_heads = o.num_heads;
   a.head_dim_qk = o.head_dim_qk;
   const bool caches_aligned = aligned16(run.swa_cache) && aligned16(run.extra_cache);
-  split_plan sp;
-  const tiling tl = choose_tiling(p.planner, run.num_tokens, caches_aligned, &sp);
-  a.head_tiles = tl.head_tiles;
-  a.head_groups = tl.head_groups;
   a.chunk_keys = p.chunk_keys;
   a.dependent_combine = p.ctx->cc_major >= 9 ? 1 : 0;
-  const bool hopper_tiling = tl.sm90 || tl.sm90_small;
-  a.resident_ctas[0] = hopper_tiling ? tl.resident[0] : 0;
-  a.resident_ctas[1] = hopper_tiling ? tl.resident[1] : 0;
-  a.persistent_forced = hopper_tiling && tl.persistent_forced ? 1 : 0;
   a.chunks[0] = p.chunks[0];
   a.chunks[1] = p.chunks[1];
   a.width[0] = p.width[0];
@@ -371,8 +284,6 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
     a.block_div[i] = make_u31_divisor(static_cast<uint32_t>(std::max(1, a.cache[i].block_size)));
   a.aligned16 = caches_aligned ? 1 : 0;
   a.stream_rows = rows_read_once(run.num_tokens, a.seq_q, p.width, a.cache) ? 1 : 0;
-  a.small_staged = tl.sm90_small && tl.small_staged ? 1 : 0;
-  a.small_heads8 = tl.sm90_small && tl.small_heads8 ? 1 : 0;
   const float q_scale = a.q_is_fp8 ? o.q_scale : 1.0f;
   for (int i = 0; i < 2; ++i) {
     a.value_scale[i] = cache_value_scale(a.cache[i]);
@@ -428,17 +339,30 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
     }
   }
 
-  a.num_splits = sp.splits;
-  a.chunks_per_split = sp.chunks_per_split;
-  const bool ordered = order_tokens(p.planner, tl, run.num_tokens, sp.splits, !uniform_items(a));
+  // The planner's choice for this run; the launch hook launches exactly that.
+  run_facts facts;
+  facts.tokens = run.num_tokens;
+  facts.sm90_ok = caches_aligned;
+  facts.uniform = uniform_items(a);
+  facts.q_map = q_map_applies(a);
+  const run_choice rc = choose_run(p.planner, facts);
+  const tiling& tl = rc.tl;
+  a.head_tiles = tl.head_tiles;
+  a.head_groups = tl.head_groups;
+  a.num_splits = rc.splits.splits;
+  a.chunks_per_split = rc.splits.chunks_per_split;
+  a.small_staged = tl.sm90_small && tl.config.staged ? 1 : 0;
+  a.small_heads8 = tl.sm90_small && tl.small_heads8 ? 1 : 0;
+  a.launch_ctas = static_cast<int32_t>(rc.ctas);
+  a.cluster_ctas = rc.cluster;
+  a.persistent = rc.persistent ? 1 : 0;
   if (p.log_runs)
-    log_debug("run: %d tokens, %s h%d tiles, %d split(s) of %d chunk(s)%s", run.num_tokens,
-              tiling_kernel(tl), tiling_heads(tl), sp.splits, sp.chunks_per_split,
-              ordered                                               ? ", tokens longest first"
-              : tl.sm90_small && attention_sm90_small_persistent(a) ? ", persistent CTAs"
-                                                                    : "");
-  if (sp.splits > 1) {
-    const size_t rows = static_cast<size_t>(run.num_tokens) * static_cast<size_t>(sp.splits);
+    log_debug("run: %d tokens, %s h%d tiles, %d split(s) of %d chunk(s)%s%s%s", run.num_tokens,
+              tiling_kernel(tl), tiling_heads(tl), rc.splits.splits, rc.splits.chunks_per_split,
+              rc.order ? ", tokens longest first" : "", rc.cluster == 2 ? ", CTA pairs" : "",
+              rc.persistent ? ", persistent CTAs" : "");
+  if (rc.splits.splits > 1) {
+    const size_t rows = static_cast<size_t>(run.num_tokens) * static_cast<size_t>(rc.splits.splits);
     if (rows > p.partial_rows)
       return fail(DSV4_STATUS_INTERNAL, "run: %zu partial rows exceed the plan's %zu", rows,
                   p.partial_rows);
@@ -446,10 +370,8 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
     a.partial_o = reinterpret_cast<float*>(part);
     a.partial_ml = reinterpret_cast<float*>(part + partial_bytes_o(p.partial_rows, o.num_heads));
   }
-  int32_t* order = ordered ? reinterpret_cast<int32_t*>(ws + p.order_offset) : nullptr;
-  const cudaError_t err = tl.sm90         ? attention_sm90_launch(a, order, stream)
-                          : tl.sm90_small ? attention_sm90_small_launch(a, stream)
-                                          : attention_launch(a, tl.smem_bytes, stream);
+  if (rc.order) a.token_order = reinterpret_cast<int32_t*>(ws + p.order_offset);
+  const cudaError_t err = kernel_family_of(tl.config.family).launch(a, stream);
   if (err != cudaSuccess) return cuda_fail(err, "run: attention launch");
   return DSV4_STATUS_OK;
 }

@@ -156,14 +156,16 @@ __device__ __forceinline__ uint32_t* record() {
 // Row formats the producer handles (one kernel per layout).
 template <uint32_t L>
 struct row_format {
-  static constexpr bool kBf16 = L == DSV4_KV_LAYOUT_BF16;
+  static constexpr bool kF16 = L == DSV4_KV_LAYOUT_FP16;  // fp16 rows: fp16 tensor-core inputs
+  // 16-bit rows (bf16, fp16) are copied as they are; FP8 rows are converted to bf16.
+  static constexpr bool kCopied = layout_copied(L);
   static constexpr bool kV4 = L == DSV4_KV_LAYOUT_FP8_V4_584B;
   static constexpr int kFp8Groups =
-      kBf16 ? 0 : (kV4 ? kNopeDim : kHeadDim) / 64;                // 64 fp8 bytes each
+      kCopied ? 0 : (kV4 ? kNopeDim : kHeadDim) / 64;              // 64 fp8 bytes each
   static constexpr int kRopeGroups = kV4 ? 2 * kRopeDim / 64 : 0;  // 64 bf16 bytes each
   static constexpr int kRopeUnit0 = kNopeDim / 8;                  // first rope unit
-  static_assert(kBf16 || (kFp8Groups * 64 + kRopeGroups * 32 == kHeadDim &&
-                          kV4 == (kRopeGroups > 0) && kRopeUnit0 * 8 == kNopeDim),
+  static_assert(kCopied || (kFp8Groups * 64 + kRopeGroups * 32 == kHeadDim &&
+                            kV4 == (kRopeGroups > 0) && kRopeUnit0 * 8 == kNopeDim),
                 "an FP8 row is its fp8 groups (64 dims each) and rope groups (32 dims each)");
 };
 
@@ -635,11 +637,19 @@ __device__ __forceinline__ void store_list_count(const attention_params& p, int6
 
 // One 16-byte unit of a Q row (8 dims at element offset `off` of q) into shared memory at dst:
 // zeros for a padding head, fp8 q converted (its scale is part of the logit scale), bf16 by
-// cp.async when aligned (the caller commits and waits), else element by element.
+// cp.async when aligned (the caller commits and waits), else element by element; kF16 (fp16
+// caches): bf16 q converted to fp16.
+template <bool kF16 = false>
 __device__ __forceinline__ void load_q_unit(const attention_params& p, uint8_t* dst, int64_t off,
                                             bool padding) {
   if (padding) {
     *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+  } else if constexpr (kF16) {
+    const uint16_t* src = static_cast<const uint16_t*>(p.q.data) + off;
+    uint4 v;
+    uint16_t* v16 = reinterpret_cast<uint16_t*>(&v);
+    for (int i = 0; i < 8; ++i) v16[i] = src[i];
+    *reinterpret_cast<uint4*>(dst) = bf16x8_to_f16x8(v);
   } else if (p.q_is_fp8) {
     const uint8_t* src = static_cast<const uint8_t*>(p.q.data) + off;
     uint2 raw;
@@ -727,7 +737,7 @@ __device__ __forceinline__ void cta_begin(cta_state& st, uint8_t* smem_raw,
 // half of the chunk arrives on the remote barrier instead: kPeerBytes of asynchronous stores (32
 // bf16 rows and their valid flags), expected by this CTA's producer once per chunk.
 template <uint32_t L>
-constexpr uint32_t kFullArrivals = row_format<L>::kBf16 ? 256u : 128u;
+constexpr uint32_t kFullArrivals = row_format<L>::kCopied ? 256u : 128u;
 constexpr uint32_t kPeerBytes = 32u * (kHeadDim * 2 + 4);
 
 // The bf16 producer (lane map above): rows are copied into the swizzled buffer with cp.async
@@ -1016,7 +1026,7 @@ __device__ __forceinline__ int producer_stage(const attention_params& p, const c
   constexpr uint32_t kRowBytes = static_cast<uint32_t>(kNopeOnly ? kNopeDim
                                                        : F::kV4  ? kV4DataBytes
                                                                  : kHeadDim);
-  static_assert(!F::kBf16 && S::kRowBytes >= static_cast<int>(kRowBytes) + 16,
+  static_assert(!F::kCopied && S::kRowBytes >= static_cast<int>(kRowBytes) + 16,
                 "a stage row holds its bytes and padding");
   const int q = lane >> 3;
   const int r = lane & 7;
@@ -1188,6 +1198,7 @@ cudaError_t for_each_sm90_layout(F&& f) {
   if (err == cudaSuccess) err = f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_BF16>{});
   if (err == cudaSuccess)
     err = f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>{});
+  if (err == cudaSuccess) err = f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP16>{});
   return err;
 }
 // The same for the one layout `layout` (cudaErrorInvalidValue for a layout they do not serve).
@@ -1200,6 +1211,8 @@ cudaError_t with_sm90_layout(uint32_t layout, F&& f) {
       return f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_BF16>{});
     case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR:
       return f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR>{});
+    case DSV4_KV_LAYOUT_FP16:
+      return f(std::integral_constant<uint32_t, DSV4_KV_LAYOUT_FP16>{});
     default:
       return cudaErrorInvalidValue;
   }

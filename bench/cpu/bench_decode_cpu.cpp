@@ -1,14 +1,21 @@
-// CPU decode benchmarks (Google Benchmark) on the shapes of shared/perf/targets.md's CPU table:
-// each query token attends to 128 SWA rows (main list) plus 512 or 1024 compressed rows (extra
-// list), no row shared between tokens, attention sink on, explicit mode, FP8 584 B or bf16 caches.
-// Reports GFLOP/s (counter "GFLOP", shown per second) with FLOP = 2 * heads * keys * (512 + 512)
-// per token.
+// CPU benchmarks (Google Benchmark) on the shapes of shared/perf/targets.md's CPU table, and the
+// machine's ceilings they are judged against:
+//   BM_decode_fp8 / BM_decode_bf16 (tokens, heads, keys, threads): each query token attends to 128
+//     SWA rows (main list) plus 512 or 1024 compressed rows (extra list), no row shared between
+//     tokens, attention sink on, explicit mode, FP8 584 B or bf16 caches, on a context of `threads`
+//     workers. Counter GFLOP (per second), FLOP = 2 * heads * keys * (512 + 512) per token.
+//   BM_peak (threads): the dot-product peak of the instruction the fast kernel uses (VDPBF16PS
+//     with AVX512_BF16, else fp32 FMA), every thread on its own registers. Counter GFLOP.
+//   BM_gather (row_bytes, threads): random rows of a 1 GiB pool read whole, every byte used.
+//     Counter GBps (bytes per second / 1e9).
+// bench/cpu/bench_all.sh runs this with plain PyTorch's timings and writes bench/results/.
 //
 //   build/bin/dsv4_bench_cpu [--benchmark_filter=fp8] [--benchmark_min_time=2]
-//   DSV4_CPU_THREADS=N sets the backend's worker threads.
 // The case being measured shows on stderr (a live line on a terminal, a line per case when piped);
 // results go to stdout as each case finishes.
 #include <benchmark/benchmark.h>
+#include <cpuid.h>
+#include <immintrin.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -114,13 +121,18 @@ void run_decode(benchmark::State& state, uint32_t layout) {
   if (g_progress != nullptr) {
     g_progress->step(std::string("decode ") + (layout == DSV4_KV_LAYOUT_BF16 ? "bf16" : "fp8") +
                      ": tokens " + std::to_string(state.range(0)) + ", heads " +
-                     std::to_string(state.range(1)) + ", keys " + std::to_string(state.range(2)));
+                     std::to_string(state.range(1)) + ", keys " + std::to_string(state.range(2)) +
+                     ", threads " + std::to_string(state.range(3)));
   }
   const int64_t tokens = state.range(0), heads = state.range(1), keys = state.range(2);
   const int64_t extra = keys - kSwaKeys;
   std::mt19937 rng(42);
   dsv4_ctx* ctx = nullptr;
-  check(dsv4_ctx_create(nullptr, &ctx), "dsv4_ctx_create");
+  dsv4_ctx_options co;
+  dsv4_ctx_options_init(&co);
+  co.backend = "cpu";
+  co.num_threads = static_cast<int32_t>(state.range(3));
+  check(dsv4_ctx_create(&co, &ctx), "dsv4_ctx_create");
   std::unique_ptr<dsv4_ctx, void (*)(dsv4_ctx*)> ctx_owner(ctx, dsv4_ctx_destroy);
 
   Cache swa(ctx, layout, tokens * kSwaKeys, rng), cmp(ctx, layout, tokens * extra, rng);
@@ -189,17 +201,150 @@ void run_decode(benchmark::State& state, uint32_t layout) {
 void BM_decode_fp8(benchmark::State& state) { run_decode(state, DSV4_KV_LAYOUT_FP8_V4_584B); }
 void BM_decode_bf16(benchmark::State& state) { run_decode(state, DSV4_KV_LAYOUT_BF16); }
 
+int max_threads() {
+  const char* env = std::getenv("DSV4_BENCH_MAX_THREADS");
+  const int n = env != nullptr ? std::atoi(env) : 2;
+  return n > 0 ? n : 2;
+}
+
 void decode_shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"tokens", "heads", "keys"});
-  b->Args({8, 64, 640});  // Flash C4A, TP1
-  b->Args({32, 64, 640});
-  b->Args({8, 128, 1152});  // Pro C4A, TP1
-  b->Args({8, 16, 1152});   // Pro C4A, TP8
+  b->ArgNames({"tokens", "heads", "keys", "threads"});
+  for (int threads = 1; threads <= max_threads(); threads *= 2) {
+    b->Args({8, 64, 640, threads});  // Flash C4A, TP1
+    b->Args({32, 64, 640, threads});
+    b->Args({8, 128, 1152, threads});  // Pro C4A, TP1
+    b->Args({8, 16, 1152, threads});   // Pro C4A, TP8
+    b->Args({8, 8, 640, threads});     // Flash C4A, TP8
+  }
   b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ceilings
+// ---------------------------------------------------------------------------------------------
+bool has_avx512_bf16() {
+  unsigned int a, b, c, d;
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d) == 0) return false;
+  return ((a >> 5) & 1u) != 0 && __builtin_cpu_supports("avx512f");
+}
+
+// 24 independent accumulators, `iters` rounds: 24 * iters VDPBF16PS of 32 multiply-adds each
+// (written in assembly so that nothing but the instruction under test is in the loop).
+__attribute__((target("avx512f,avx512bf16"))) void peak_bf16(int64_t iters) {
+  __asm__ volatile(
+      "vpxord %%zmm30, %%zmm30, %%zmm30\n"
+      "vpxord %%zmm31, %%zmm31, %%zmm31\n"
+      "1:\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm0\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm1\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm2\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm3\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm4\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm5\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm6\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm7\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm8\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm9\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm10\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm11\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm12\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm13\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm14\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm15\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm16\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm17\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm18\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm19\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm20\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm21\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm22\n"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm23\n"
+      "dec %0\n"
+      "jnz 1b\n"
+      : "+r"(iters)
+      :
+      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+        "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19",
+        "xmm20", "xmm21", "xmm22", "xmm23", "xmm30", "xmm31");
+}
+
+// 12 independent accumulators: 12 * iters FMA of 8 lanes.
+__attribute__((target("avx2,fma"))) void peak_fma(int64_t iters) {
+  __asm__ volatile(
+      "vxorps %%ymm12, %%ymm12, %%ymm12\n"
+      "vxorps %%ymm13, %%ymm13, %%ymm13\n"
+      "1:\n"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm0\n"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm1\n"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm2\n"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm3\n"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm4\n"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm5\n"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm6\n"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm7\n"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm8\n"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm9\n"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm10\n"
+      "vfmadd231ps %%ymm12, %%ymm13, %%ymm11\n"
+      "dec %0\n"
+      "jnz 1b\n"
+      : "+r"(iters)
+      :
+      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+        "xmm10", "xmm11", "xmm12", "xmm13");
+}
+
+void BM_peak(benchmark::State& state) {
+  const bool bf16 = has_avx512_bf16();
+  constexpr int64_t kIters = 1 << 16;
+  for (auto _ : state) {
+    if (bf16) {
+      peak_bf16(kIters);
+    } else {
+      peak_fma(kIters);
+    }
+  }
+  const double flop = bf16 ? 24.0 * kIters * 64 : 12.0 * kIters * 16;
+  state.counters["GFLOP"] =
+      benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(bf16 ? "VDPBF16PS zmm" : "VFMADD231PS ymm (fp32)");
+}
+
+// Random rows of `row_bytes` from a 1 GiB pool (far beyond the caches), every byte summed.
+void BM_gather(benchmark::State& state) {
+  const int64_t row_bytes = state.range(0);
+  static std::vector<uint8_t> pool;
+  constexpr size_t kPool = size_t{1} << 30;
+  if (state.thread_index() == 0 && pool.size() != kPool) {
+    pool.assign(kPool, 1);
+  }
+  const int64_t rows = static_cast<int64_t>(kPool) / row_bytes - 1;
+  std::mt19937_64 rng(1234 + state.thread_index());
+  std::vector<int64_t> order(4096);
+  for (int64_t& o : order) o = static_cast<int64_t>(rng() % static_cast<uint64_t>(rows));
+  uint64_t sum = 0;
+  for (auto _ : state) {
+    for (int64_t r : order) {
+      const uint64_t* p = reinterpret_cast<const uint64_t*>(pool.data() + r * row_bytes);
+      uint64_t s = 0;
+      for (int64_t i = 0; i < row_bytes / 8; ++i) s += p[i];
+      sum += s;
+    }
+  }
+  benchmark::DoNotOptimize(sum);
+  state.counters["GBps"] =
+      benchmark::Counter(4096.0 * row_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void thread_counts(benchmark::internal::Benchmark* b) {
+  for (int threads = 1; threads <= max_threads(); threads *= 2) b->Threads(threads);
+  b->UseRealTime();
 }
 
 }  // namespace
 
+BENCHMARK(BM_peak)->Apply(thread_counts);
+BENCHMARK(BM_gather)->ArgName("row_bytes")->Arg(584)->Arg(1024)->Apply(thread_counts);
 BENCHMARK(BM_decode_fp8)->Apply(decode_shapes);
 BENCHMARK(BM_decode_bf16)->Apply(decode_shapes);
 

@@ -31,9 +31,12 @@ entries of a run_name. Entries with error_occurred are listed as errors.
 Benchmark names are "/"-separated: plain parts name the case, "key:value" parts are its parameters
 (Google Benchmark's ArgNames form), and a trailing real_time / manual_time / process_time is ignored.
 
-CPU (bench/cpu/bench_decode_cpu.cpp, as Google Benchmark names it):
-  BM_decode_fp8/tokens:8/heads:64/keys:640    FP8 584 B cache; BM_decode_bf16/...: bf16 cache
-  counter GFLOP                               GFLOP/s (Google Benchmark's rate counter)
+CPU (bench/cpu/bench_decode_cpu.cpp through bench/cpu/bench_all.sh and bench/cpu/report.py; one
+file per thread count, context key `threads`):
+  BM_decode_fp8/tokens:8/heads:64/keys:640/threads:2   FP8 584 B cache; BM_decode_bf16/...: bf16
+  BM_torch_fp8/..., BM_torch_bf16/...                  plain PyTorch on the same shape and cache
+  BM_roofline_fp8/..., BM_roofline_bf16/...            the shape's roofline, as a time
+  counter GFLOP                                        GFLOP/s (Google Benchmark's rate counter)
 
 CUDA (the GPU benchmark; what the page expects from it):
   cuda/CONFIG1/b:64                          FlashMLA's decode case CONFIG1..CONFIG4 (FP8 584 B
@@ -74,7 +77,9 @@ STANDARD_KEYS = {
     "repetition_index", "threads", "iterations", "real_time", "cpu_time", "time_unit",
     "aggregate_name", "aggregate_unit", "label", "error_occurred", "error_message",
 }
-CPU_CACHES = {"BM_decode_fp8": "FP8 584 B cache", "BM_decode_bf16": "bf16 cache"}
+CPU_CACHES = {"BM_decode_fp8": "FP8 584 B cache", "BM_decode_bf16": "bf16 cache",
+              "BM_roofline_fp8": "roofline, FP8", "BM_roofline_bf16": "roofline, bf16",
+              "BM_torch_fp8": "plain PyTorch, FP8", "BM_torch_bf16": "plain PyTorch, bf16"}
 
 
 class Result:
@@ -467,10 +472,12 @@ from one run, side by side. Targets and anchors (FlashMLA, plain PyTorch, hardwa
 """
 
 CPU_TEXT = """\
-The CPU module runs the exact fp32 reference kernel (FMA contraction off, bit-identical across ISA
-clones and thread counts); it is not tuned yet. Each query token attends to 128 sliding-window rows
-plus 512 or 1024 compressed rows of its own, attention sink on, explicit mode, every thread of the
-machine.
+The CPU module's fast kernel for this CPU (AVX2/FMA, AVX512_BF16 or AMX-BF16, chosen by CPUID; the
+exact fp32 reference kernel stays the tests' second opinion): [cpu-backend.md](cpu-backend.md). Each
+query token attends to 128 sliding-window rows plus 512 or 1024 compressed rows of its own, attention
+sink on, explicit mode. The roofline of a shape is min(peak, gather bandwidth × FLOP per gathered
+byte), with the peak and the bandwidth measured in the same run (notes above); plain PyTorch runs
+the same attention (bench/cpu/torch_cpu.py). Plot: [img/cpu-roofline.png](img/cpu-roofline.png).
 """
 
 CUDA_TEXT = """\
@@ -485,8 +492,8 @@ kernels and where each case is limited: [cuda-backend.md](cuda-backend.md).
 REGENERATE = """\
 ## How to regenerate
 
-- CPU, on the machine to be measured: `cmake --build build --target dsv4_bench_cpu &&
-  scripts/perf/bench_cpu.sh` (writes `bench/results/cpu.json`).
+- CPU, on the machine to be measured, when it is quiet: `make bench-cpu` (= `bench/cpu/bench_all.sh`:
+  writes `bench/results/cpu*.json` and `docs/img/cpu-roofline.png`).
 - GPU: run the GPU benchmark on the GPU machine with `--benchmark_out=bench/results/cuda-h200.json
   --benchmark_out_format=json`, and add `backend`, `device`, `commit` and `command` to its context
   block. The names and counters the page expects are listed in the docstring of
@@ -521,7 +528,8 @@ def render(root):
         if backend == "cuda":
             lines.append(f"## CUDA backend (`libdsv4-cuda.so`): {device.split(' (')[0]}\n")
         else:
-            lines.append(f"## CPU backend (`libdsv4-cpu.so`): {device.split(',')[0]}\n")
+            threads = f", {context['threads']} thread(s)" if context.get("threads") else ""
+            lines.append(f"## CPU backend (`libdsv4-cpu.so`): {device.split(',')[0]}{threads}\n")
         lines += source_lines(context) + [f"- Data: `{RESULTS}/{file_name}`", ""]
         if backend == "cuda":
             lines.append(CUDA_TEXT)

@@ -35,9 +35,10 @@ class TestDevice {
 // device is not usable here (tests then GTEST_SKIP with that reason).
 std::unique_ptr<TestDevice> make_test_device(std::string* why);
 
-// The CUDA test device (tests/common/test_device_cuda.cpp, built only with DSV4_TEST_HAVE_CUDA).
-// Returns nullptr with `why` set when no usable GPU is present.
-std::unique_ptr<TestDevice> make_cuda_test_device(std::string* why);
+// The CUDA test device (tests/common/test_device_cuda.cpp, built only with DSV4_TEST_HAVE_CUDA) on
+// GPU `device` (-1: DSV4_TEST_CUDA_DEVICE, else 0). Returns nullptr with `why` set when that GPU
+// is not usable here.
+std::unique_ptr<TestDevice> make_cuda_test_device(std::string* why, int device = -1);
 
 // The HIP test device (tests/common/test_device_hip.cpp, built only with DSV4_TEST_HAVE_HIP):
 // ROCm tensors (DSV4_DEVICE_ROCM) for the "hip" module. Returns nullptr with `why` set when there

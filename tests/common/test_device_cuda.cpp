@@ -1,4 +1,4 @@
-// The CUDA test device: tensors in device memory of GPU 0 (or DSV4_TEST_CUDA_DEVICE), one
+// The CUDA test device: tensors in device memory of one GPU (DSV4_TEST_CUDA_DEVICE, else 0), one
 // non-blocking stream per device object. Every CUDA error throws, so a test fails loudly.
 #include <cuda_runtime_api.h>
 
@@ -101,7 +101,7 @@ class CudaTestDevice final : public TestDevice {
 
 }  // namespace
 
-std::unique_ptr<TestDevice> make_cuda_test_device(std::string* why) {
+std::unique_ptr<TestDevice> make_cuda_test_device(std::string* why, int device) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
@@ -110,11 +110,14 @@ std::unique_ptr<TestDevice> make_cuda_test_device(std::string* why) {
                                 : "no CUDA device";
     return nullptr;
   }
-  int device = 0;
-  if (const char* env = std::getenv("DSV4_TEST_CUDA_DEVICE")) device = std::atoi(env);
+  if (device < 0) {
+    const char* env = std::getenv("DSV4_TEST_CUDA_DEVICE");
+    device = env != nullptr ? std::atoi(env) : 0;
+  }
   if (device < 0 || device >= count) {
     if (why != nullptr)
-      *why = "DSV4_TEST_CUDA_DEVICE " + std::to_string(device) + " of " + std::to_string(count);
+      *why = "CUDA device " + std::to_string(device) + " asked for, " + std::to_string(count) +
+             " present (DSV4_TEST_CUDA_DEVICE)";
     return nullptr;
   }
   try {

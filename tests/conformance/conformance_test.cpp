@@ -1303,8 +1303,48 @@ static bool expected_module_loaded() {
   return ok;
 }
 
+// DSV4_CONFORMANCE_EXPECT_KERNEL=<prefix>: the suite runs only if a plan's kernel name starts with
+// it (a kernel picked by DSV4_CPU_ISA that did not run would otherwise pass unnoticed).
+static bool expected_kernel_runs() {
+  const char* want = std::getenv("DSV4_CONFORMANCE_EXPECT_KERNEL");
+  if (want == nullptr || *want == '\0') return true;
+  std::string why;
+  std::unique_ptr<dsv4test::TestDevice> dev = dsv4test::make_test_device(&why);
+  if (!dev) return false;
+  dsv4_ctx_options o;
+  dsv4_ctx_options_init(&o);
+  o.device = dev->device();
+  if (std::getenv("DSV4_BACKEND") == nullptr) o.backend = dev->backend();
+  dsv4_ctx* ctx = nullptr;
+  if (dsv4_ctx_create(&o, &ctx) != DSV4_STATUS_OK) return false;
+  dsv4_plan_options po;
+  dsv4_plan_options_init(&po);
+  po.num_heads = 8;
+  po.max_tokens = 1;
+  po.topk = 64;
+  po.swa_cache.layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+  po.swa_cache.block_size = 64;
+  dsv4_plan* plan = nullptr;
+  bool ok = false;
+  if (dsv4_plan_create(ctx, &po, &plan) == DSV4_STATUS_OK) {
+    dsv4_plan_info info;
+    std::memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    ok = dsv4_plan_get_info(plan, &info) == DSV4_STATUS_OK &&
+         std::string(info.kernel).rfind(want, 0) == 0;
+    std::printf("dsv4 conformance: kernel %s (expected %s)\n", info.kernel, want);
+    dsv4_plan_destroy(plan);
+  }
+  dsv4_ctx_destroy(ctx);
+  return ok;
+}
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  if (!expected_kernel_runs()) {
+    std::printf("dsv4 conformance: the expected kernel does not run\n");
+    return 1;
+  }
   if (!expected_module_loaded()) {
     std::printf("dsv4 conformance: the expected module was not loaded; not running the suite\n");
     return 0;

@@ -1,17 +1,17 @@
-// Harness of the CUDA backend tests and benchmark: loads libdsv4-cuda.so through the module ABI
-// (no libdsv4 needed), owns device buffers, and builds randomized explicit-mode problems together
-// with their float64 reference (reference/reference.h). Plain C++ (no GTest), so it also runs on
-// GPU machines without GoogleTest.
+// Shared by the CUDA tests (test_cuda_attention.cpp) and the GPU benchmarks (bench/gpu), all of
+// them on the public API: a context on a CUDA device whose module log is captured (the run log of
+// DSV4_CUDA_LOG_RUNS), plans made under the module's test hook DSV4_CUDA_FORCE, and host images of
+// caches in every layout filled with vLLM-quantised random rows. No GoogleTest in here: the
+// benchmarks include it too.
 #pragma once
 
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -19,122 +19,131 @@
 
 #include "common/codec.h"
 #include "common/layout.h"
-#include "core/plan.h"
-#include "dsv4_backend.h"
+#include "dsv4/dsv4.h"
 #include "reference.h"
+#include "test_util.h"
 
 namespace dsv4cudatest {
 
-// The derived plan a module receives for public options: the library's own normalisation and
-// derivation (src/core/plan.cpp, linked from dsv4_internal), never a copy of them.
-inline dsv4_mod_plan mod_plan_of(const dsv4_plan_options& o) {
-  return dsv4::detail::derive_mod_plan(dsv4::detail::normalize_plan_options(&o));
-}
-
-constexpr int kSkip = 77;  // ctest SKIP_RETURN_CODE
-
-inline std::string& last_error() {
-  static std::string e;
-  return e;
-}
-
-// The module's last log line (the benchmark reads DSV4_CUDA_LOG_RUNS's lines from it).
-inline std::string& last_log() {
-  static std::string l;
-  return l;
-}
-
-inline void host_log(int32_t level, const char* module, const char* message) {
-  last_log() = message;
-  if (std::getenv("DSV4_TEST_VERBOSE") != nullptr || level == DSV4_LOG_ERROR)
-    std::fprintf(stderr, "[%s] %s\n", module, message);
-}
-inline void host_set_error(const char* message) { last_error() = message; }
-inline const char* host_get_env(const char* name) { return std::getenv(name); }
-
-inline const dsv4_host_services* host_services() {
-  static const dsv4_host_services h = {sizeof(dsv4_host_services), DSV4_MODULE_ABI_VERSION,
-                                       host_log, host_set_error, host_get_env};
-  return &h;
-}
-
-#define CUDA_OK(expr)                                                                 \
+// Throws on a CUDA runtime error, naming the call.
+#define DSV4_CUDA_CHECK(expr)                                                         \
   do {                                                                                \
     const cudaError_t err_ = (expr);                                                  \
     if (err_ != cudaSuccess)                                                          \
       throw std::runtime_error(std::string(#expr) + ": " + cudaGetErrorString(err_)); \
   } while (0)
 
-#define DSV4_OK(expr)                                                                            \
-  do {                                                                                           \
-    const dsv4_status st_ = (expr);                                                              \
-    if (st_ != DSV4_STATUS_OK)                                                                   \
-      throw std::runtime_error(std::string(#expr) + " -> status " + std::to_string(st_) + ": " + \
-                               last_error());                                                    \
-  } while (0)
-
-// The module, loaded and negotiated. `skip_reason` is set when no usable GPU is present.
-struct module {
-  void* so = nullptr;
-  const dsv4_backend_iface* iface = nullptr;
-  std::string skip_reason;
-  int device_count = 0;
-
-  explicit module(const std::string& path) {
-    so = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (so == nullptr) throw std::runtime_error("dlopen " + path + ": " + dlerror());
-    auto entry = reinterpret_cast<dsv4_backend_entry_fn>(dlsym(so, DSV4_MODULE_ENTRY_SYMBOL));
-    if (entry == nullptr) throw std::runtime_error("no entry symbol in " + path);
-    uint32_t abi = DSV4_MODULE_ABI_VERSION;
-    DSV4_OK(entry(&abi, host_services(), &iface));
-    int32_t score = 0;
-    int32_t count = 0;
-    char reason[256] = {0};
-    DSV4_OK(iface->probe(&score, &count, reason, sizeof reason));
-    device_count = count;
-    if (score <= 0) skip_reason = reason[0] != '\0' ? reason : "probe score 0";
+// The number of CUDA devices here, or 0 with `why` set (no driver, no device).
+inline int cuda_device_count(std::string* why) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    if (why != nullptr) *why = std::string("no CUDA driver or device: ") + cudaGetErrorName(err);
+    return 0;
   }
+  if (count == 0 && why != nullptr) *why = "no CUDA device";
+  return count;
+}
+
+// The log lines of one context (dsv4_ctx_options.log_fn at DSV4_LOG_DEBUG). The CUDA module logs
+// each run's tiling, splits, token order and persistence as "cuda: run: ..." when the plan was
+// made with DSV4_CUDA_LOG_RUNS=1.
+class log_sink {
+ public:
+  static void callback(int32_t level, const char* message, void* self) {
+    auto* sink = static_cast<log_sink*>(self);
+    const std::string line = message != nullptr ? message : "";
+    std::lock_guard<std::mutex> lock(sink->mutex_);
+    if (line.find("cuda: run: ") != std::string::npos) sink->last_run_ = line;
+    if (level == DSV4_LOG_ERROR || std::getenv("DSV4_TEST_VERBOSE") != nullptr)
+      std::fprintf(stderr, "dsv4: %s\n", line.c_str());
+  }
+  std::string last_run() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return last_run_;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    last_run_.clear();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::string last_run_;
 };
 
-// Device memory owned by the test.
-struct dbuf {
-  void* p = nullptr;
-  size_t bytes = 0;
-  dbuf() = default;
-  explicit dbuf(size_t n) : bytes(n) {
-    if (n > 0) CUDA_OK(cudaMalloc(&p, n));
+// A context on CUDA device `device` through the public API (module "cuda"), its log in `sink`;
+// nullptr with `error` set on failure.
+inline dsv4test::CtxPtr make_cuda_ctx(int device, log_sink* sink, std::string* error) {
+  dsv4_ctx_options o;
+  dsv4_ctx_options_init(&o);
+  o.device = dsv4_device{DSV4_DEVICE_CUDA, device};
+  o.backend = "cuda";
+  o.log_level = DSV4_LOG_DEBUG;
+  o.log_fn = &log_sink::callback;
+  o.log_user_data = sink;
+  dsv4_ctx* ctx = nullptr;
+  const dsv4_status st = dsv4_ctx_create(&o, &ctx);
+  if (st != DSV4_STATUS_OK && error != nullptr)
+    *error = "dsv4_ctx_create on cuda:" + std::to_string(device) + ": " + dsv4test::status_text(st);
+  return dsv4test::CtxPtr(st == DSV4_STATUS_OK ? ctx : nullptr);
+}
+
+// Environment variables set for the lifetime of the object (the module reads DSV4_CUDA_FORCE and
+// DSV4_CUDA_LOG_RUNS at plan creation); earlier values come back afterwards.
+class scoped_env {
+ public:
+  scoped_env() = default;
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
+  ~scoped_env() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->had)
+        setenv(it->name.c_str(), it->value.c_str(), 1);
+      else
+        unsetenv(it->name.c_str());
+    }
   }
-  dbuf(const dbuf&) = delete;
-  dbuf& operator=(const dbuf&) = delete;
-  dbuf(dbuf&& o) noexcept : p(o.p), bytes(o.bytes) {
-    o.p = nullptr;
-    o.bytes = 0;
+  // value nullptr: unset.
+  void set(const char* name, const char* value) {
+    const char* old = std::getenv(name);
+    saved_.push_back({name, old != nullptr ? old : "", old != nullptr});
+    if (value != nullptr)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
   }
-  dbuf& operator=(dbuf&& o) noexcept {
-    std::swap(p, o.p);
-    std::swap(bytes, o.bytes);
-    return *this;
-  }
-  ~dbuf() {
-    if (p != nullptr) cudaFree(p);
-  }
-  template <class T>
-  void upload(const std::vector<T>& v) {
-    CUDA_OK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  template <class T>
-  std::vector<T> download(size_t count) const {
-    std::vector<T> v(count);
-    CUDA_OK(cudaMemcpy(v.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost));
-    return v;
-  }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
+
+ private:
+  struct saved {
+    std::string name, value;
+    bool had;
+  };
+  std::vector<saved> saved_;
 };
 
-// A host-side cache image of one layout, filled with vLLM-quantised random rows.
+// dsv4_plan_create with the module's test hook: DSV4_CUDA_FORCE=`force` (empty: unset, the
+// planner's own choice) and, with `log_runs`, DSV4_CUDA_LOG_RUNS=1 (each run logs its choice).
+inline dsv4_status create_plan(dsv4_ctx* ctx, const dsv4_plan_options& options,
+                               const std::string& force, bool log_runs, dsv4test::PlanPtr* out) {
+  scoped_env env;
+  env.set("DSV4_CUDA_FORCE", force.empty() ? nullptr : force.c_str());
+  env.set("DSV4_CUDA_LOG_RUNS", log_runs ? "1" : nullptr);
+  dsv4_plan* plan = nullptr;
+  const dsv4_status st = dsv4_plan_create(ctx, &options, &plan);
+  out->reset(st == DSV4_STATUS_OK ? plan : nullptr);
+  return st;
+}
+
+// The plan's kernel (dsv4_plan_get_info), or "" when it cannot say.
+inline std::string plan_kernel(const dsv4_plan* plan) {
+  dsv4_plan_info info{};
+  info.struct_size = sizeof info;
+  return dsv4_plan_get_info(plan, &info) == DSV4_STATUS_OK ? info.kernel : "";
+}
+
+// A host image of one cache layout, filled with vLLM-quantised random rows: dim 0 = blocks of
+// `stride` bytes (the layout's block plus `stride_pad` spare bytes).
 struct host_cache {
   uint32_t layout = DSV4_KV_LAYOUT_NONE;
   int32_t block_size = 64;
@@ -214,63 +223,11 @@ struct host_cache {
     d.kv_scale = kv_scale;
     return d;
   }
-  dsv4_mod_cache mod(void* device_base) const {
-    dsv4_mod_cache c{};
-    c.base = static_cast<uint8_t*>(device_base);
-    c.layout = layout;
-    c.block_size = block_size;
-    c.block_stride_bytes = stride;
-    c.num_blocks = num_blocks;
-    c.kv_scale = kv_scale;
-    return c;
+  // The cache as a tensor of `blocks` blocks at `data`: [blocks, stride] bytes.
+  dsv4test::TensorView tensor(void* data, dsv4_device device, int64_t blocks) const {
+    return dsv4test::TensorView(data, device, dsv4test::kU8, {blocks, stride});
   }
 };
-
-// FlashMLA's comparison rule (spec 2.4): inf/NaN positions coincide; |a-b| < abs or rel; cos_diff.
-struct tolerance {
-  double abs_tol, rel_tol, cos_tol;
-};
-constexpr tolerance kOutTol{1e-3, 2.01 / 128, 5e-6};
-constexpr tolerance kLseTol{1e-5, 8.01 / 65536, -1};
-
-inline bool compare(const std::vector<double>& got, const std::vector<double>& want,
-                    const tolerance& tol, const std::string& what, std::string* message) {
-  if (got.size() != want.size()) {
-    *message = what + ": size " + std::to_string(got.size()) + " != " + std::to_string(want.size());
-    return false;
-  }
-  double dot = 0, ng = 0, nw = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double a = got[i], b = want[i];
-    const bool special_a = !std::isfinite(a), special_b = !std::isfinite(b);
-    if (special_a || special_b) {
-      const bool same = (std::isnan(a) && std::isnan(b)) || a == b;
-      if (!same) {
-        *message = what + "[" + std::to_string(i) + "]: got " + std::to_string(a) + ", want " +
-                   std::to_string(b);
-        return false;
-      }
-      continue;
-    }
-    const double err = std::fabs(a - b);
-    if (!(err < tol.abs_tol || err / std::fabs(b) < tol.rel_tol)) {
-      *message = what + "[" + std::to_string(i) + "]: got " + std::to_string(a) + ", want " +
-                 std::to_string(b);
-      return false;
-    }
-    dot += a * b;
-    ng += a * a;
-    nw += b * b;
-  }
-  if (tol.cos_tol >= 0 && ng + nw > 0) {
-    const double cos_diff = 1.0 - 2.0 * dot / (ng + nw);
-    if (cos_diff > tol.cos_tol) {
-      *message = what + ": cos_diff " + std::to_string(cos_diff);
-      return false;
-    }
-  }
-  return true;
-}
 
 inline double bf16_to_double(uint16_t b) { return static_cast<double>(dsv4::bf16_to_f32(b)); }
 

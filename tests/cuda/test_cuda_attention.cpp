@@ -1,25 +1,175 @@
-// CUDA backend correctness: explicit and paged mode against the float64 reference, every layout,
-// heads 1..128, odd block sizes, invalid indices, NaN rows, +-inf sinks, padding tokens, CSR lists,
-// FlashMLA's [B,H,S] lse strides, both the one-split and split+combine paths, and CUDA-graph
-// capture + replay. Usage: test_cuda_attention <path to libdsv4-cuda.so> [filter]
-// Exit 0 = pass, 1 = failure, 77 = skipped (no GPU / driver).
+// CUDA backend correctness through the public API (dsv4_ctx on DSV4_DEVICE_CUDA): explicit and
+// paged mode against the float64 reference (reference/) with the spec's tolerances, every layout,
+// heads 1..128, odd block sizes, invalid indices, NaN-filled unreferenced rows, +-inf sinks,
+// padding tokens, CSR lists, FlashMLA's [B,H,S] lse strides, strided and unaligned q, unaligned
+// workspaces; each kernel family with its splits, CTA pairs, persistent CTAs and token order,
+// forced through the module's test hook DSV4_CUDA_FORCE and confirmed by its run log
+// (DSV4_CUDA_LOG_RUNS); CUDA-graph capture and replay with new inputs; every explicit case also run
+// by the CPU module on host copies; one case of each kernel family on every further GPU.
+//
+// Each case is a GoogleTest case (a ctest test labelled gpu). Without a usable GPU each one is
+// skipped with the reason; DSV4_TEST_REQUIRE_GPU=1 turns that into a failure (scripts/gpu/run.sh
+// sets it). DSV4_CUDA_TEST_ON_CPU=1 runs the cases on the CPU module instead (no graphs, no run
+// log): the harness's own check, which CI runs on a few cases where no GPU exists.
+// DSV4_TEST_SEED=n reruns a seed; DSV4_TEST_VERBOSE=1 prints the library's log.
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cctype>
 #include <climits>
-#include <iterator>
+#include <map>
 #include <memory>
 #include <numeric>
+#include <string>
+#include <vector>
 
-#include "common/paged_index.h"
+#include "compare.h"
 #include "cuda_harness.h"
 #include "reference_paged.h"
+#include "test_device.h"
+#include "test_util.h"
 
-using namespace dsv4cudatest;
-
+namespace dsv4cudatest {
 namespace {
 
-uint64_t g_seed = 0;
-const dsv4_backend_iface* g_cpu = nullptr;  // optional: the CPU module, for a cross-check
-void* g_cpu_ctx = nullptr;
+using dsv4test::CtxPtr;
+using dsv4test::DeviceBuffer;
+using dsv4test::kBf16;
+using dsv4test::kDecodeLseTol;
+using dsv4test::kDecodeOutTol;
+using dsv4test::kE4m3;
+using dsv4test::kF32;
+using dsv4test::kI32;
+using dsv4test::PlanPtr;
+using dsv4test::RefList;
+using dsv4test::TensorView;
+using dsv4test::TestDevice;
+
+// ---------------------------------------------------------------------------------------------
+// GPUs and contexts
+
+// One GPU's test device (buffers, stream) and library context, kept for the whole process: device
+// 0's context stays alive while the other devices run.
+struct gpu {
+  std::unique_ptr<TestDevice> device;
+  log_sink log;
+  CtxPtr ctx;
+};
+
+enum class gpu_state { ok, absent, broken };
+
+struct gpu_slot {
+  std::unique_ptr<gpu> g;
+  gpu_state state = gpu_state::absent;
+  std::string why;
+};
+
+// The GPUs opened so far, and the CPU module's context (the cross-check), closed by
+// library_environment before main returns: contexts must go before the CUDA runtime does.
+std::map<int, gpu_slot>& gpu_slots() {
+  static std::map<int, gpu_slot> slots;
+  return slots;
+}
+CtxPtr& cpu_ctx_slot() {
+  static CtxPtr ctx;
+  return ctx;
+}
+
+class library_environment : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    cpu_ctx_slot().reset();
+    for (auto& [index, slot] : gpu_slots()) {
+      if (slot.g == nullptr) continue;
+      slot.g->ctx.reset();
+      slot.g->device.reset();
+    }
+  }
+};
+
+bool on_cpu() {
+  const char* env = std::getenv("DSV4_CUDA_TEST_ON_CPU");
+  return env != nullptr && *env != '\0' && std::string(env) != "0";
+}
+
+// GPU `index` (opened once; with DSV4_CUDA_TEST_ON_CPU, the CPU module in its place); `why` says
+// why it is absent (no driver or device: skip) or broken (a GPU the library cannot use: fail).
+gpu_state open_gpu(int index, gpu** out, std::string* why) {
+  auto& slots = gpu_slots();
+  auto found = slots.find(index);
+  if (found == slots.end()) {
+    gpu_slot s;
+    s.g = std::make_unique<gpu>();
+    if (on_cpu()) {
+      s.g->device = dsv4test::make_test_device(&s.why);
+      if (s.g->device != nullptr) s.g->ctx = dsv4test::make_test_ctx(s.g->device.get(), 0, &s.why);
+    } else {
+      s.g->device = dsv4test::make_cuda_test_device(&s.why, index);
+      if (s.g->device != nullptr) s.g->ctx = make_cuda_ctx(index, &s.g->log, &s.why);
+    }
+    if (s.g->device != nullptr) s.state = s.g->ctx != nullptr ? gpu_state::ok : gpu_state::broken;
+    found = slots.emplace(index, std::move(s)).first;
+  }
+  *out = found->second.g.get();
+  *why = found->second.why;
+  return found->second.state;
+}
+
+bool gpu_required() {
+  const char* env = std::getenv("DSV4_TEST_REQUIRE_GPU");
+  return env != nullptr && *env != '\0' && std::string(env) != "0";
+}
+
+// In a test body: `var` = GPU `index`, or the test is skipped (no GPU here; a failure with
+// DSV4_TEST_REQUIRE_GPU=1) or fails (a GPU the library cannot use).
+#define OPEN_GPU_OR_SKIP(var, index)                                                       \
+  gpu* var = nullptr;                                                                      \
+  {                                                                                        \
+    std::string why_;                                                                      \
+    const gpu_state state_ = open_gpu(index, &var, &why_);                                 \
+    if (state_ == gpu_state::absent) {                                                     \
+      if (gpu_required()) FAIL() << "DSV4_TEST_REQUIRE_GPU is set but: " << why_;          \
+      GTEST_SKIP() << why_;                                                                \
+    }                                                                                      \
+    ASSERT_EQ(state_, gpu_state::ok) << "a CUDA device is present but unusable: " << why_; \
+  }
+
+// The CPU module's context, for the cross-check (nullptr where the CPU module is not built).
+dsv4_ctx* cpu_ctx() {
+  CtxPtr& ctx = cpu_ctx_slot();
+  if (ctx == nullptr) {
+    dsv4_ctx_options o;
+    dsv4_ctx_options_init(&o);
+    o.backend = "cpu";
+    dsv4_ctx* c = nullptr;
+    if (dsv4_ctx_create(&o, &c) == DSV4_STATUS_OK) ctx.reset(c);
+  }
+  return ctx.get();
+}
+
+dsv4_plan_options base_options() {
+  dsv4_plan_options o;
+  dsv4_plan_options_init(&o);
+  o.max_tokens = 1024;
+  o.compress_ratio = 1;
+  return o;
+}
+
+std::vector<double> bf16_to_doubles(const std::vector<uint16_t>& v) {
+  std::vector<double> d(v.size());
+  for (size_t i = 0; i < v.size(); ++i) d[i] = bf16_to_double(v[i]);
+  return d;
+}
+
+// A test name from a case name ("sm90-v4-h40" -> "sm90_v4_h40").
+std::string test_name(std::string name) {
+  std::replace_if(
+      name.begin(), name.end(), [](char ch) { return !std::isalnum(ch); }, '_');
+  return name;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Explicit mode
 
 struct explicit_case {
   std::string name;
@@ -45,87 +195,40 @@ struct explicit_case {
   float kv_scale = 1.0f;
   float softmax_scale = 0.0f;  // 0 = d^-0.5
   int max_tokens = 0;          // plan capacity (0 = batch * seq_q)
-  bool small_chunk = false;    // DSV4_CUDA_CHUNK=32: the variant for GPUs with little shared memory
-  const char* kernel = nullptr;  // DSV4_CUDA_KERNEL: "mma" keeps Hopper on the mma.sync kernel
-  bool row_loads = false;  // DSV4_CUDA_SMALL_STAGE=0: small-head FP8 rows by the producers' loads
-  bool no_heads8 = false;  // DSV4_CUDA_SMALL_H8=0: 1..8 heads on the 16-head tile's consumer
-  bool special_rows = false;  // host_cache::add_special_rows (extreme scales, NaN bytes)
-  int q_pad = 0;              // elements after each (token, head) q row: a strided q view
-  int max_splits = 0;         // DSV4_CUDA_MAX_SPLITS (0: the planner's choice)
-  bool graph = false;         // also check graph capture and replay
-  int persistent =
-      -1;  // DSV4_CUDA_PERSISTENT: at most this many persistent Hopper CTAs, looping (-1: unset)
-  int order = -1;  // DSV4_CUDA_ORDER: 1 tokens longest first wherever possible (-1: unset)
-  bool expect_order =
-      false;  // the run must hand its CTAs their tokens longest first (its log says so)
-  bool expect_persistent = false;  // the run must take persistent CTAs (its log says so)
-  bool lone_nan_key = false;       // token 0's main list: one valid entry, a NaN row (dense lists)
+  bool special_rows = false;   // host_cache::add_special_rows (extreme scales, NaN bytes)
+  int q_pad = 0;               // elements after each (token, head) q row: a strided q view
+  bool graph = false;          // also check graph capture and replay
+  bool lone_nan_key = false;   // token 0's main list: one valid entry, a NaN row (dense lists)
+  // DSV4_CUDA_FORCE (the module's test hook; unset fields keep the planner's choice):
+  bool small_chunk = false;      // chunk=32: the variant for GPUs with little shared memory
+  const char* kernel = nullptr;  // kernel=mma|wgmma|small|small32
+  bool row_loads = false;        // small_stage=0: small-head FP8 rows by the producers' loads
+  bool no_heads8 = false;        // small_h8=0: 1..8 heads on the 16-head tile's consumer
+  int max_splits = 0;            // max_splits=N
+  int persistent = -1;           // persistent=N: at most N persistent Hopper CTAs, looping
+  int order = -1;                // order=1: tokens longest first wherever possible
+  // What the run log must say:
+  bool expect_order = false;       // "tokens longest first"
+  bool expect_persistent = false;  // "persistent CTAs"
 };
 
-// Environment variables the module reads at plan creation, set for one plan.
-struct scoped_env {
-  std::vector<std::string> names;
-  void set(const char* name, const std::string& value) {
-    setenv(name, value.c_str(), 1);
-    names.push_back(name);
-  }
-  ~scoped_env() {
-    for (const std::string& n : names) unsetenv(n.c_str());
-  }
-};
+std::ostream& operator<<(std::ostream& os, const explicit_case& c) { return os << c.name; }
 
-// A case that expects its run to take its tokens longest first, or persistent CTAs
-// (DSV4_CUDA_LOG_RUNS=1 set for its plan), checks the run's log line for `what`.
-bool check_logged(const std::string& name, bool expected, const char* what) {
-  if (!expected || last_log().find(what) != std::string::npos) return true;
-  std::printf("FAIL %s: the run's log does not say \"%s\" (log: \"%s\")\n", name.c_str(), what,
-              last_log().c_str());
-  return false;
+// The case's DSV4_CUDA_FORCE value.
+std::string force_of(const explicit_case& c) {
+  std::string f;
+  auto add = [&f](const std::string& item) { f += (f.empty() ? "" : ",") + item; };
+  if (c.small_chunk) add("chunk=32");
+  if (c.kernel != nullptr) add(std::string("kernel=") + c.kernel);
+  if (c.row_loads) add("small_stage=0");
+  if (c.no_heads8) add("small_h8=0");
+  if (c.max_splits > 0) add("max_splits=" + std::to_string(c.max_splits));
+  if (c.persistent >= 0) add("persistent=" + std::to_string(c.persistent));
+  if (c.order >= 0) add("order=" + std::to_string(c.order));
+  return f;
 }
 
-struct context_holder {
-  const dsv4_backend_iface* iface;
-  void* ctx = nullptr;
-  context_holder(const dsv4_backend_iface* i, int device) : iface(i) {
-    dsv4_mod_ctx_config cfg{sizeof(dsv4_mod_ctx_config), device, 0, 0};
-    DSV4_OK(iface->ctx_create(&cfg, &ctx));
-  }
-  ~context_holder() { iface->ctx_destroy(ctx); }
-};
-
-struct plan_holder {
-  const dsv4_backend_iface* iface;
-  void* plan = nullptr;
-  size_t workspace = 0;
-  plan_holder(const dsv4_backend_iface* i, void* ctx, const dsv4_plan_options& o) : iface(i) {
-    const dsv4_mod_plan mod = mod_plan_of(o);
-    DSV4_OK(iface->plan_create(ctx, &mod, &plan));
-    DSV4_OK(iface->plan_get_workspace_size(plan, &workspace));
-  }
-  ~plan_holder() { iface->plan_destroy(plan); }
-};
-
-dsv4_plan_options base_options() {
-  dsv4_plan_options o{};
-  o.struct_size = sizeof o;
-  o.mode = DSV4_MODE_EXPLICIT;
-  o.num_heads = 64;
-  o.head_dim_qk = 512;
-  o.head_dim_v = 512;
-  o.q_dtype = dsv4_dtype{DSV4_DTYPE_CODE_BFLOAT, 16, 1};
-  o.q_scale = 1.0f;
-  o.max_tokens = 1024;
-  o.index_format = DSV4_INDEX_DENSE;
-  o.compress_ratio = 1;
-  o.window = 128;
-  o.decode_threshold = 1;
-  o.max_model_len = 65536;
-  o.max_requests = 256;
-  o.compressed_block_tokens = 256;
-  return o;
-}
-
-// Random list row: `valid` distinct slots below capacity, sprinkled with invalid values.
+// Random list row: `valid` slots below capacity, sprinkled with invalid values.
 std::vector<int32_t> random_row(std::mt19937_64& rng, int width, int64_t capacity, int valid) {
   std::vector<int32_t> row(width);
   std::uniform_int_distribution<int64_t> slot(0, capacity - 1);
@@ -150,7 +253,7 @@ struct list_data {
   std::vector<int32_t> indptr;   // CSR [T+1]
   std::vector<int32_t> flat;     // CSR
   std::vector<int32_t> lengths;  // [B][S] or [B]
-  std::vector<dsv4test::RefList> ref;
+  std::vector<RefList> ref;
 };
 
 list_data make_lists(std::mt19937_64& rng, const explicit_case& c, int width, int64_t capacity,
@@ -187,8 +290,8 @@ list_data make_lists(std::mt19937_64& rng, const explicit_case& c, int width, in
   return d;
 }
 
-// Marks every cache slot that no list references validly, and poisons it with NaN bytes.
-void poison_unreferenced(host_cache& cache, const std::vector<dsv4test::RefList>& lists) {
+// Poisons with NaN bytes every cache slot that no list references validly.
+void poison_unreferenced(host_cache& cache, const std::vector<RefList>& lists) {
   std::vector<char> used(static_cast<size_t>(cache.capacity()), 0);
   for (const auto& l : lists) {
     const int64_t n = l.length < 0
@@ -206,10 +309,7 @@ void poison_unreferenced(host_cache& cache, const std::vector<dsv4test::RefList>
 // stays -inf (max ignores NaN) while its sum and O are NaN, and the merge must still carry the NaN.
 // Dense lists only; call before poison_unreferenced.
 void isolate_nan_key(const explicit_case& c, list_data& d, int width) {
-  if (c.csr) {
-    std::fprintf(stderr, "%s: lone_nan_key needs dense lists\n", c.name.c_str());
-    std::abort();
-  }
+  if (c.csr) throw std::logic_error(c.name + ": lone_nan_key needs dense lists");
   std::vector<int32_t>& row = d.ref[0].idx;
   std::fill(row.begin(), row.end(), -1);
   row[0] = 5;
@@ -220,97 +320,77 @@ void isolate_nan_key(const explicit_case& c, list_data& d, int width) {
   for (int t = 0; t < tokens; ++t) d.ref[t].length = width;
 }
 
-dsv4_mod_index_list mod_list(const explicit_case& c, const list_data& d, const dbuf& idx,
-                             const dbuf& ptr, const dbuf& len, int width, bool use_lengths) {
-  dsv4_mod_index_list l{};
-  l.indices = idx.as<int32_t>();
-  l.width = width;
-  if (c.csr) {
-    l.format = DSV4_INDEX_CSR;
-    l.indptr = ptr.as<int32_t>();
-    l.num_entries = static_cast<int64_t>(d.flat.size());
-  } else {
-    l.format = DSV4_INDEX_DENSE;
-    l.stride_b = static_cast<int64_t>(c.seq_q) * width;
-    l.stride_s = width;
-    l.stride_k = 1;
-  }
-  if (use_lengths) {
-    l.lengths = len.as<int32_t>();
-    l.len_stride_b = c.lengths_per_batch ? 1 : c.seq_q;
-    l.len_stride_s = c.lengths_per_batch ? 0 : 1;
-  }
-  return l;
-}
-
-// Everything one explicit run needs on the device, plus the reference problem.
+// One explicit problem: host inputs, its float64 reference problem, and the device buffers.
 struct explicit_problem {
   explicit_case c;
-  dsv4_plan_options options;
-  host_cache main, extra;
-  list_data main_lists, extra_lists;
+  dsv4_plan_options options{};
+  host_cache cache[2];  // main, extra
+  list_data lists[2];
   std::vector<uint16_t> q_bf16;
   std::vector<uint8_t> q_fp8;
   std::vector<float> sink;
   dsv4test::RefProblem ref;
-  // device
-  dbuf d_q, d_main, d_extra, d_sink, d_out, d_lse, d_ml;
-  dbuf d_idx[2], d_ptr[2], d_len[2];
-  dbuf d_ws;
-  dsv4_mod_run run{};
+  // On the GPU:
+  DeviceBuffer d_q, d_cache[2], d_sink, d_out, d_lse, d_ml, d_idx[2], d_ptr[2], d_len[2];
+
+  int tokens() const { return c.batch * c.seq_q; }
+  bool has_extra() const { return c.extra_layout != DSV4_KV_LAYOUT_NONE; }
+  int dqk() const { return dsv4::layout_head_dim_qk(c.layout); }
+  bool uses_lengths(int list) const { return list == 0 ? c.lengths : c.extra_lengths; }
+  int width(int list) const { return list == 0 ? c.topk : c.extra_topk; }
+  // New random q values (in q_bf16 or q_fp8, and in ref.q).
+  void draw_q(std::mt19937_64& rng);
+  // q on the device: each (token, head) row at a pitch of d_qk + q_pad elements.
+  void upload_q(TestDevice* dev);
 };
 
-// q to the device: contiguous, or each (token, head) row at a pitch of d_qk + q_pad elements.
-void upload_q(explicit_problem& P) {
-  const explicit_case& c = P.c;
-  const size_t es = c.q_fp8 ? 1 : 2;
-  const void* host = c.q_fp8 ? static_cast<const void*>(P.q_fp8.data())
-                             : static_cast<const void*>(P.q_bf16.data());
-  const size_t dqk = static_cast<size_t>(dsv4::layout_head_dim_qk(c.layout));
-  const size_t rows = static_cast<size_t>(c.batch) * c.seq_q * c.heads;
-  CUDA_OK(cudaMemcpy2D(P.d_q.p, (dqk + c.q_pad) * es, host, dqk * es, dqk * es, rows,
-                       cudaMemcpyHostToDevice));
-}
-
-void build_explicit(explicit_problem& P, std::mt19937_64& rng) {
-  const explicit_case& c = P.c;
-  const int T = c.batch * c.seq_q;
-  const int H = c.heads;
-  const bool has_extra = c.extra_layout != DSV4_KV_LAYOUT_NONE;
-  P.main.init(c.layout, c.block, c.slots, c.stride_pad, c.kv_scale, rng);
-  if (has_extra)
-    P.extra.init(c.extra_layout, c.extra_block, c.extra_slots, c.stride_pad, c.kv_scale, rng);
-  if (c.special_rows) {
-    P.main.add_special_rows();
-    if (has_extra) P.extra.add_special_rows();
-  }
-  const int dqk = dsv4::layout_head_dim_qk(c.layout);
-  P.main_lists = make_lists(rng, c, c.topk, P.main.capacity(), c.lengths);
-  if (has_extra)
-    P.extra_lists = make_lists(rng, c, c.extra_topk, P.extra.capacity(), c.extra_lengths);
-  if (c.lone_nan_key) isolate_nan_key(c, P.main_lists, c.topk);
-  poison_unreferenced(P.main, P.main_lists.ref);
-  if (c.lone_nan_key) P.main.poison(P.main_lists.ref[0].idx[0]);
-  if (has_extra) poison_unreferenced(P.extra, P.extra_lists.ref);
-
-  // q [B, S, H, dqk]
+void explicit_problem::draw_q(std::mt19937_64& rng) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const size_t qn = static_cast<size_t>(T) * H * dqk;
-  P.ref.q.resize(qn);
+  const size_t qn = static_cast<size_t>(tokens()) * c.heads * dqk();
+  ref.q.resize(qn);
   if (c.q_fp8) {
-    P.q_fp8.resize(qn);
+    q_fp8.resize(qn);
     for (size_t i = 0; i < qn; ++i) {
-      P.q_fp8[i] = dsv4::f32_to_fp8_e4m3(std::fmax(-1.f, std::fmin(1.f, nd(rng))) * 100.0f);
-      P.ref.q[i] = dsv4test::ref_e4m3fn_to_double(P.q_fp8[i]) * 0.01;
+      q_fp8[i] = dsv4::f32_to_fp8_e4m3(std::fmax(-1.f, std::fmin(1.f, nd(rng))) * 100.0f);
+      ref.q[i] = dsv4test::ref_e4m3fn_to_double(q_fp8[i]) * 0.01;
     }
   } else {
-    P.q_bf16.resize(qn);
+    q_bf16.resize(qn);
     for (size_t i = 0; i < qn; ++i) {
-      P.q_bf16[i] = dsv4::f32_to_bf16(std::fmax(-1.f, std::fmin(1.f, nd(rng))));
-      P.ref.q[i] = bf16_to_double(P.q_bf16[i]);
+      q_bf16[i] = dsv4::f32_to_bf16(std::fmax(-1.f, std::fmin(1.f, nd(rng))));
+      ref.q[i] = bf16_to_double(q_bf16[i]);
     }
   }
+}
+
+void explicit_problem::upload_q(TestDevice* dev) {
+  const size_t es = c.q_fp8 ? 1 : 2;
+  const uint8_t* host = c.q_fp8 ? q_fp8.data() : reinterpret_cast<const uint8_t*>(q_bf16.data());
+  const size_t row = static_cast<size_t>(dqk()) * es, pitch = row + c.q_pad * es;
+  const size_t rows = static_cast<size_t>(tokens()) * c.heads;
+  std::vector<uint8_t> pitched(rows * pitch, 0);
+  for (size_t r = 0; r < rows; ++r) std::memcpy(&pitched[r * pitch], host + r * row, row);
+  d_q.upload(pitched);
+}
+
+// Builds the inputs, their reference problem and plan options, and uploads them to `dev`.
+void build_explicit(explicit_problem& P, std::mt19937_64& rng, TestDevice* dev) {
+  const explicit_case& c = P.c;
+  const int T = P.tokens(), H = c.heads, dqk = P.dqk();
+  const int lists = P.has_extra() ? 2 : 1;
+  P.cache[0].init(c.layout, c.block, c.slots, c.stride_pad, c.kv_scale, rng);
+  if (P.has_extra())
+    P.cache[1].init(c.extra_layout, c.extra_block, c.extra_slots, c.stride_pad, c.kv_scale, rng);
+  for (int i = 0; i < lists && c.special_rows; ++i) P.cache[i].add_special_rows();
+  for (int i = 0; i < lists; ++i)
+    P.lists[i] = make_lists(rng, c, P.width(i), P.cache[i].capacity(), P.uses_lengths(i));
+  if (c.lone_nan_key) isolate_nan_key(c, P.lists[0], c.topk);
+  for (int i = 0; i < lists; ++i) poison_unreferenced(P.cache[i], P.lists[i].ref);
+  if (c.lone_nan_key) P.cache[0].poison(P.lists[0].ref[0].idx[0]);
+
+  P.draw_q(rng);
   if (c.sink) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
     P.sink.resize(H);
     for (auto& s : P.sink) {
       const float m = nd(rng);
@@ -324,480 +404,300 @@ void build_explicit(explicit_problem& P, std::mt19937_64& rng) {
   o.head_dim_qk = dqk;
   o.softmax_scale = c.softmax_scale;
   if (c.q_fp8) {
-    o.q_dtype = dsv4_dtype{DSV4_DTYPE_CODE_FLOAT8_E4M3FN, 8, 1};
+    o.q_dtype = kE4m3;
     o.q_scale = 0.01f;
   }
   o.max_tokens = c.max_tokens > 0 ? c.max_tokens : T;
-  o.swa_cache = P.main.desc();
-  if (has_extra) o.extra_cache = P.extra.desc();
+  o.swa_cache = P.cache[0].desc();
+  if (P.has_extra()) o.extra_cache = P.cache[1].desc();
   o.index_format = c.csr ? DSV4_INDEX_CSR : DSV4_INDEX_DENSE;
   o.topk = c.topk;
-  o.extra_topk = has_extra ? c.extra_topk : 0;
+  o.extra_topk = P.has_extra() ? c.extra_topk : 0;
 
-  P.ref.num_tokens = T;
-  P.ref.num_heads = H;
-  P.ref.head_dim_qk = dqk;
-  P.ref.scale =
-      c.softmax_scale != 0.0f ? c.softmax_scale : 1.0 / std::sqrt(static_cast<double>(dqk));
-  P.ref.scale = static_cast<double>(static_cast<float>(P.ref.scale));
-  P.ref.sink.assign(P.sink.begin(), P.sink.end());
-  P.ref.main = P.main.ref();
-  if (has_extra) P.ref.extra = P.extra.ref();
-  P.ref.main_lists = P.main_lists.ref;
-  if (has_extra) P.ref.extra_lists = P.extra_lists.ref;
-
-  // Device copies.
-  P.d_q = dbuf(qn / dqk * (dqk + c.q_pad) * (c.q_fp8 ? 1 : 2));
-  upload_q(P);
-  P.d_main = dbuf(P.main.bytes.size());
-  P.d_main.upload(P.main.bytes);
-  if (has_extra) {
-    P.d_extra = dbuf(P.extra.bytes.size());
-    P.d_extra.upload(P.extra.bytes);
-  }
-  if (c.sink) {
-    P.d_sink = dbuf(H * sizeof(float));
-    P.d_sink.upload(P.sink);
-  }
-  P.d_out = dbuf(static_cast<size_t>(T) * H * 512 * 2);
-  P.d_lse = dbuf(static_cast<size_t>(T) * H * 4);
-  P.d_ml = dbuf(static_cast<size_t>(T) * H * 4);
-  const list_data* ld[2] = {&P.main_lists, &P.extra_lists};
-  for (int i = 0; i < (has_extra ? 2 : 1); ++i) {
-    const auto& src = c.csr ? ld[i]->flat : ld[i]->dense;
-    P.d_idx[i] = dbuf(std::max<size_t>(1, src.size()) * 4);
-    if (!src.empty()) P.d_idx[i].upload(src);
-    if (c.csr) {
-      P.d_ptr[i] = dbuf(ld[i]->indptr.size() * 4);
-      P.d_ptr[i].upload(ld[i]->indptr);
-    }
-    if (!ld[i]->lengths.empty()) {
-      P.d_len[i] = dbuf(ld[i]->lengths.size() * 4);
-      P.d_len[i].upload(ld[i]->lengths);
-    }
+  dsv4test::RefProblem& ref = P.ref;
+  ref.num_tokens = T;
+  ref.num_heads = H;
+  ref.head_dim_qk = dqk;
+  ref.scale = c.softmax_scale != 0.0f ? c.softmax_scale : 1.0 / std::sqrt(static_cast<double>(dqk));
+  ref.scale = static_cast<double>(static_cast<float>(ref.scale));
+  ref.sink.assign(P.sink.begin(), P.sink.end());
+  ref.main = P.cache[0].ref();
+  ref.main_lists = P.lists[0].ref;
+  if (P.has_extra()) {
+    ref.extra = P.cache[1].ref();
+    ref.extra_lists = P.lists[1].ref;
   }
 
-  dsv4_mod_run& r = P.run;
-  r = dsv4_mod_run{};
-  r.struct_size = sizeof r;
-  r.mode = DSV4_MODE_EXPLICIT;
-  r.num_tokens = T;
-  r.seq_q = c.seq_q;
-  const int64_t qs = static_cast<int64_t>(H) * (dqk + c.q_pad);
-  r.q = dsv4_mod_token_view{P.d_q.p, c.seq_q * qs, qs, dqk + c.q_pad};
-  r.out = dsv4_mod_token_view{P.d_out.p, static_cast<int64_t>(c.seq_q) * H * 512,
-                              static_cast<int64_t>(H) * 512, 512};
-  if (c.lse_bhs) {
-    r.lse = dsv4_mod_token_view{P.d_lse.p, static_cast<int64_t>(H) * c.seq_q, 1, c.seq_q};
-  } else {
-    r.lse = dsv4_mod_token_view{P.d_lse.p, static_cast<int64_t>(c.seq_q) * H, H, 1};
+  const size_t q_bytes = static_cast<size_t>(T) * H * (dqk + c.q_pad) * (c.q_fp8 ? 1 : 2);
+  P.d_q = DeviceBuffer(dev, q_bytes);
+  P.upload_q(dev);
+  for (int i = 0; i < lists; ++i) {
+    P.d_cache[i] = dsv4test::to_device(dev, P.cache[i].bytes);
+    const list_data& l = P.lists[i];
+    const std::vector<int32_t>& idx = c.csr ? l.flat : l.dense;
+    P.d_idx[i] = DeviceBuffer(dev, std::max<size_t>(1, idx.size()) * 4);
+    if (!idx.empty()) P.d_idx[i].upload(idx);
+    if (c.csr) P.d_ptr[i] = dsv4test::to_device(dev, l.indptr);
+    if (!l.lengths.empty()) P.d_len[i] = dsv4test::to_device(dev, l.lengths);
   }
-  r.max_logits = r.lse;
-  r.max_logits.data = P.d_ml.p;
-  r.swa_cache = P.main.mod(P.d_main.p);
-  if (has_extra) r.extra_cache = P.extra.mod(P.d_extra.p);
-  r.attn_sink = c.sink ? P.d_sink.as<float>() : nullptr;
-  r.main_list = mod_list(c, P.main_lists, P.d_idx[0], P.d_ptr[0], P.d_len[0], c.topk, c.lengths);
-  if (has_extra)
-    r.extra_list = mod_list(c, P.extra_lists, P.d_idx[1], P.d_ptr[1], P.d_len[1], c.extra_topk,
-                            c.extra_lengths);
+  if (c.sink) P.d_sink = dsv4test::to_device(dev, P.sink);
+  P.d_out = DeviceBuffer(dev, static_cast<size_t>(T) * H * 512 * 2);
+  P.d_lse = DeviceBuffer(dev, static_cast<size_t>(T) * H * 4);
+  P.d_ml = DeviceBuffer(dev, static_cast<size_t>(T) * H * 4);
 }
 
-// Downloads out / lse / max_logits in [T][H](*512) order as doubles.
-void download_results(const explicit_problem& P, int T, int H, int S, std::vector<double>* out,
-                      std::vector<double>* lse, std::vector<double>* ml) {
-  const auto o = P.d_out.download<uint16_t>(static_cast<size_t>(T) * H * 512);
-  out->resize(o.size());
-  for (size_t i = 0; i < o.size(); ++i) (*out)[i] = bf16_to_double(o[i]);
-  const auto l = P.d_lse.download<float>(static_cast<size_t>(T) * H);
-  const auto m = P.d_ml.download<float>(static_cast<size_t>(T) * H);
-  lse->resize(l.size());
-  ml->resize(m.size());
+// Where the tensors of one run point: the GPU buffers, or host copies for the CPU module.
+struct explicit_data {
+  void* q = nullptr;
+  int64_t q_pitch = 0;  // elements between (token, head) rows
+  void* cache[2] = {nullptr, nullptr};
+  void* sink = nullptr;
+  void* out = nullptr;
+  void* lse = nullptr;
+  void* ml = nullptr;
+  void* idx[2] = {nullptr, nullptr};
+  void* ptr[2] = {nullptr, nullptr};
+  void* len[2] = {nullptr, nullptr};
+};
+
+// The public tensors of one explicit run: q [B, S, H, d] (rows at q_pitch), out [B, S, H, 512],
+// lse / max_logits [B, S, H] or [B, H, S], caches [blocks, stride] bytes, dense lists
+// [B, S, width] or CSR [nnz] + [T + 1], lengths [B] or [B, S].
+class explicit_tensors {
+ public:
+  explicit_tensors(const explicit_problem& P, const explicit_data& d, dsv4_device dev) : P_(P) {
+    const explicit_case& c = P.c;
+    const int64_t B = c.batch, S = c.seq_q, H = c.heads, p = d.q_pitch, T = P.tokens();
+    q_ =
+        TensorView(d.q, dev, c.q_fp8 ? kE4m3 : kBf16, {B, S, H, P.dqk()}, {S * H * p, H * p, p, 1});
+    out_ = TensorView(d.out, dev, kBf16, {B, S, H, 512});
+    const std::vector<int64_t> stat =
+        c.lse_bhs ? std::vector<int64_t>{B, H, S} : std::vector<int64_t>{B, S, H};
+    lse_ = TensorView(d.lse, dev, kF32, stat);
+    ml_ = TensorView(d.ml, dev, kF32, stat);
+    if (c.sink) sink_ = TensorView(d.sink, dev, kF32, {H});
+    for (int i = 0; i < (P.has_extra() ? 2 : 1); ++i) {
+      cache_[i] = P.cache[i].tensor(d.cache[i], dev, P.cache[i].num_blocks);
+      if (c.csr) {
+        idx_[i] = TensorView(d.idx[i], dev, kI32, {static_cast<int64_t>(P.lists[i].flat.size())});
+        ptr_[i] = TensorView(d.ptr[i], dev, kI32, {T + 1});
+      } else {
+        idx_[i] = TensorView(d.idx[i], dev, kI32, {B, S, P.width(i)});
+      }
+      if (P.uses_lengths(i))
+        len_[i] = c.lengths_per_batch ? TensorView(d.len[i], dev, kI32, {B})
+                                      : TensorView(d.len[i], dev, kI32, {B, S});
+    }
+  }
+  dsv4_run_args args(void* workspace, size_t workspace_bytes, void* stream) {
+    const explicit_case& c = P_.c;
+    dsv4_run_args a;
+    dsv4_run_args_init(&a);
+    a.q = q_.get();
+    a.out = out_.get();
+    a.lse = lse_.get();
+    a.max_logits = ml_.get();
+    a.attn_sink = c.sink ? sink_.get() : nullptr;
+    a.swa_cache = cache_[0].get();
+    a.indices = idx_[0].get();
+    a.indptr = c.csr ? ptr_[0].get() : nullptr;
+    a.lengths = P_.uses_lengths(0) ? len_[0].get() : nullptr;
+    if (P_.has_extra()) {
+      a.extra_cache = cache_[1].get();
+      a.extra_indices = idx_[1].get();
+      a.extra_indptr = c.csr ? ptr_[1].get() : nullptr;
+      a.extra_lengths = P_.uses_lengths(1) ? len_[1].get() : nullptr;
+    }
+    a.workspace = workspace;
+    a.workspace_bytes = workspace_bytes;
+    a.stream = stream;
+    return a;
+  }
+
+ private:
+  const explicit_problem& P_;
+  TensorView q_, out_, lse_, ml_, sink_, cache_[2], idx_[2], ptr_[2], len_[2];
+};
+
+// out / lse / max_logits of a run in [T][H](*512) order as doubles (lse stored [B,S,H] or [B,H,S]).
+struct results {
+  std::vector<double> out, lse, ml;
+};
+
+results gather_results(const explicit_case& c, const std::vector<uint16_t>& out,
+                       const std::vector<float>& lse, const std::vector<float>& ml) {
+  const int T = c.batch * c.seq_q, H = c.heads, S = c.seq_q;
+  results r;
+  r.out = bf16_to_doubles(out);
+  r.lse.resize(static_cast<size_t>(T) * H);
+  r.ml.resize(r.lse.size());
   for (int t = 0; t < T; ++t) {
     for (int h = 0; h < H; ++h) {
       const int b = t / S, s = t % S;
       const size_t src =
-          P.c.lse_bhs ? (static_cast<size_t>(b) * H + h) * S + s : static_cast<size_t>(t) * H + h;
-      (*lse)[static_cast<size_t>(t) * H + h] = l[src];
-      (*ml)[static_cast<size_t>(t) * H + h] = m[src];
+          c.lse_bhs ? (static_cast<size_t>(b) * H + h) * S + s : static_cast<size_t>(t) * H + h;
+      r.lse[static_cast<size_t>(t) * H + h] = lse[src];
+      r.ml[static_cast<size_t>(t) * H + h] = ml[src];
     }
   }
+  return r;
 }
 
-bool check_against_reference(const dsv4test::RefProblem& ref, const std::vector<double>& out,
-                             const std::vector<double>& lse, const std::vector<double>& ml,
-                             const std::string& name) {
-  const dsv4test::RefResult want = dsv4test::reference_attention(ref);
-  std::string msg;
-  bool ok = compare(out, want.out, kOutTol, "out", &msg) &&
-            compare(lse, want.lse, kLseTol, "lse", &msg) &&
-            compare(ml, want.max_logits, kLseTol, "max_logits", &msg);
-  if (!ok)
-    std::printf("FAIL %s: %s (seed %llu)\n", name.c_str(), msg.c_str(),
-                static_cast<unsigned long long>(g_seed));
-  return ok;
+results download(const explicit_problem& P) {
+  return gather_results(P.c, P.d_out.download<uint16_t>(), P.d_lse.download<float>(),
+                        P.d_ml.download<float>());
 }
 
-// Runs the same explicit problem through the CPU module on host copies of every input and
-// compares with the CUDA results (FlashMLA tolerances: both round P / outputs differently).
-bool cross_check_cpu(const explicit_problem& P, const std::vector<double>& out,
-                     const std::vector<double>& lse, const std::vector<double>& ml) {
-  if (g_cpu == nullptr) return true;
+void expect_matches(const results& got, const dsv4test::RefResult& want, const std::string& what) {
+  EXPECT_TRUE(dsv4test::compare_close(got.out, want.out, kDecodeOutTol, what + " out"));
+  EXPECT_TRUE(dsv4test::compare_close(got.lse, want.lse, kDecodeLseTol, what + " lse"));
+  EXPECT_TRUE(
+      dsv4test::compare_close(got.ml, want.max_logits, kDecodeLseTol, what + " max_logits"));
+}
+
+// The same problem through the CPU module on host copies of every input: both must agree within
+// the spec's tolerances (they round P and the outputs differently).
+void cross_check_cpu(const explicit_problem& P, const results& gpu_results) {
+  dsv4_ctx* ctx = cpu_ctx();
+  ASSERT_NE(ctx, nullptr) << "the CPU module is built but no CPU context opens: "
+                          << dsv4_last_error_message();
   const explicit_case& c = P.c;
-  const int T = c.batch * c.seq_q, H = c.heads;
-  void* plan = nullptr;
-  const dsv4_mod_plan mod = mod_plan_of(P.options);
-  DSV4_OK(g_cpu->plan_create(g_cpu_ctx, &mod, &plan));
+  dsv4_plan* raw = nullptr;
+  ASSERT_EQ(dsv4_plan_create(ctx, &P.options, &raw), DSV4_STATUS_OK)
+      << "CPU plan: " << dsv4_last_error_message();
+  PlanPtr plan(raw);
   size_t ws_bytes = 0;
-  DSV4_OK(g_cpu->plan_get_workspace_size(plan, &ws_bytes));
-  std::vector<uint8_t> ws(ws_bytes + 64);
-  std::vector<uint16_t> h_out(static_cast<size_t>(T) * H * 512);
-  std::vector<float> h_lse(static_cast<size_t>(T) * H), h_ml(static_cast<size_t>(T) * H);
-  dsv4_mod_run r = P.run;
-  r.q.data = c.q_fp8 ? static_cast<void*>(const_cast<uint8_t*>(P.q_fp8.data()))
-                     : static_cast<void*>(const_cast<uint16_t*>(P.q_bf16.data()));
-  const int64_t dqk = dsv4::layout_head_dim_qk(c.layout);  // the host copy of q is contiguous
-  r.q.stride_h = dqk;
-  r.q.stride_s = static_cast<int64_t>(H) * dqk;
-  r.q.stride_b = static_cast<int64_t>(c.seq_q) * H * dqk;
-  r.out.data = h_out.data();
-  r.lse.data = h_lse.data();
-  r.max_logits.data = h_ml.data();
-  r.swa_cache.base = const_cast<uint8_t*>(P.main.bytes.data());
-  if (r.extra_cache.base != nullptr)
-    r.extra_cache.base = const_cast<uint8_t*>(P.extra.bytes.data());
-  r.attn_sink = c.sink ? P.sink.data() : nullptr;
-  const list_data* ld[2] = {&P.main_lists, &P.extra_lists};
-  dsv4_mod_index_list* ml_[2] = {&r.main_list, &r.extra_list};
+  ASSERT_EQ(dsv4_plan_get_workspace_size(plan.get(), &ws_bytes), DSV4_STATUS_OK);
+  std::vector<uint8_t> ws(ws_bytes + 1);
+  const size_t rows = static_cast<size_t>(P.tokens()) * c.heads;
+  std::vector<uint16_t> out(rows * 512);
+  std::vector<float> lse(rows), ml(rows);
+  std::vector<uint8_t> caches[2] = {P.cache[0].bytes, P.cache[1].bytes};
+  std::vector<int32_t> idx[2], ptr[2], len[2];
+  explicit_data d;
+  d.q = c.q_fp8 ? static_cast<void*>(const_cast<uint8_t*>(P.q_fp8.data()))
+                : static_cast<void*>(const_cast<uint16_t*>(P.q_bf16.data()));
+  d.q_pitch = P.dqk();  // the host copy of q is contiguous
+  d.sink = const_cast<float*>(P.sink.data());
+  d.out = out.data();
+  d.lse = lse.data();
+  d.ml = ml.data();
   for (int i = 0; i < 2; ++i) {
-    if (ml_[i]->indices == nullptr) continue;
-    ml_[i]->indices = c.csr ? ld[i]->flat.data() : ld[i]->dense.data();
-    if (c.csr) ml_[i]->indptr = ld[i]->indptr.data();
-    if (ml_[i]->lengths != nullptr) ml_[i]->lengths = ld[i]->lengths.data();
+    const list_data& l = P.lists[i];
+    idx[i] = c.csr ? l.flat : l.dense;
+    idx[i].push_back(-1);  // never empty: a valid pointer even for an empty CSR list
+    ptr[i] = l.indptr;
+    len[i] = l.lengths;
+    d.cache[i] = caches[i].data();
+    d.idx[i] = idx[i].data();
+    d.ptr[i] = ptr[i].data();
+    d.len[i] = len[i].data();
   }
-  r.workspace = ws_bytes > 0 ? ws.data() : nullptr;
-  r.workspace_bytes = ws_bytes;
-  r.stream = nullptr;
-  const dsv4_status st = g_cpu->run(plan, &r);
-  g_cpu->plan_destroy(plan);
-  DSV4_OK(st);
-  std::vector<double> cout_(h_out.size()), clse(h_lse.size()), cml(h_ml.size());
-  for (size_t i = 0; i < h_out.size(); ++i) cout_[i] = bf16_to_double(h_out[i]);
-  for (int t = 0; t < T; ++t) {
-    for (int h = 0; h < H; ++h) {
-      const int b = t / c.seq_q, s = t % c.seq_q;
-      const size_t src = c.lse_bhs ? (static_cast<size_t>(b) * H + h) * c.seq_q + s
-                                   : static_cast<size_t>(t) * H + h;
-      clse[static_cast<size_t>(t) * H + h] = h_lse[src];
-      cml[static_cast<size_t>(t) * H + h] = h_ml[src];
-    }
-  }
-  std::string msg;
-  const bool ok = compare(out, cout_, kOutTol, "out vs cpu", &msg) &&
-                  compare(lse, clse, kLseTol, "lse vs cpu", &msg) &&
-                  compare(ml, cml, kLseTol, "max_logits vs cpu", &msg);
-  if (!ok)
-    std::printf("FAIL %s: %s (seed %llu)\n", c.name.c_str(), msg.c_str(),
-                static_cast<unsigned long long>(g_seed));
-  return ok;
+  explicit_tensors tensors(P, d, dsv4_device{DSV4_DEVICE_CPU, 0});
+  const dsv4_run_args a = tensors.args(ws.data(), ws_bytes, nullptr);
+  ASSERT_EQ(dsv4_run(plan.get(), &a), DSV4_STATUS_OK) << "CPU run: " << dsv4_last_error_message();
+  const results cpu = gather_results(c, out, lse, ml);
+  EXPECT_TRUE(dsv4test::compare_close(gpu_results.out, cpu.out, kDecodeOutTol, "out vs CPU"));
+  EXPECT_TRUE(dsv4test::compare_close(gpu_results.lse, cpu.lse, kDecodeLseTol, "lse vs CPU"));
+  EXPECT_TRUE(dsv4test::compare_close(gpu_results.ml, cpu.ml, kDecodeLseTol, "max_logits vs CPU"));
 }
 
-bool run_explicit_case(const module& m, void* ctx, const explicit_case& c, bool graph_check) {
-  std::mt19937_64 rng(g_seed ^ std::hash<std::string>{}(c.name));
-  explicit_problem P;
-  P.c = c;
-  build_explicit(P, rng);
-  std::unique_ptr<plan_holder> plan_ptr;
-  {
-    scoped_env env;
-    if (c.small_chunk) env.set("DSV4_CUDA_CHUNK", "32");
-    if (c.kernel != nullptr) env.set("DSV4_CUDA_KERNEL", c.kernel);
-    if (c.row_loads) env.set("DSV4_CUDA_SMALL_STAGE", "0");
-    if (c.no_heads8) env.set("DSV4_CUDA_SMALL_H8", "0");
-    if (c.max_splits > 0) env.set("DSV4_CUDA_MAX_SPLITS", std::to_string(c.max_splits));
-    if (c.persistent >= 0) env.set("DSV4_CUDA_PERSISTENT", std::to_string(c.persistent));
-    if (c.order >= 0) env.set("DSV4_CUDA_ORDER", std::to_string(c.order));
-    if (c.expect_order || c.expect_persistent) env.set("DSV4_CUDA_LOG_RUNS", "1");
-    plan_ptr = std::make_unique<plan_holder>(m.iface, ctx, P.options);
-  }
-  plan_holder& plan = *plan_ptr;
-  // The workspace pointer is deliberately not 16-byte aligned (the ABI promises no alignment).
-  P.d_ws = dbuf(plan.workspace + 16);
-  P.run.workspace = plan.workspace > 0 ? static_cast<uint8_t*>(P.d_ws.p) + 4 : nullptr;
-  P.run.workspace_bytes = plan.workspace;
-  const int T = c.batch * c.seq_q;
-  // Poison outputs (every element must be written) and the workspace (NaN partials: the combine
-  // must read only what the attention grid stored).
-  CUDA_OK(cudaMemset(P.d_ws.p, 0xff, P.d_ws.bytes));
-  CUDA_OK(cudaMemset(P.d_out.p, 0xff, P.d_out.bytes));
-  CUDA_OK(cudaMemset(P.d_lse.p, 0xff, P.d_lse.bytes));
-  CUDA_OK(cudaMemset(P.d_ml.p, 0xff, P.d_ml.bytes));
-  last_log().clear();
-  DSV4_OK(m.iface->run(plan.plan, &P.run));
-  CUDA_OK(cudaDeviceSynchronize());
-  if (!check_logged(c.name, c.expect_order, "longest first") ||
-      !check_logged(c.name, c.expect_persistent, "persistent CTAs"))
-    return false;
-  std::vector<double> out, lse, ml;
-  download_results(P, T, c.heads, c.seq_q, &out, &lse, &ml);
-  if (!check_against_reference(P.ref, out, lse, ml, c.name)) return false;
-  if (!cross_check_cpu(P, out, lse, ml)) return false;
+bool is_gpu(const gpu& g) { return g.device->device().device_type == DSV4_DEVICE_CUDA; }
 
-  if (graph_check) {
-    // Capture one run into a graph, then replay it with new q and cache contents in the same
-    // buffers.
-    cudaStream_t stream;
-    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    P.run.stream = stream;
-    cudaGraph_t graph;
-    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    const dsv4_status st = m.iface->run(plan.plan, &P.run);
-    CUDA_OK(cudaStreamEndCapture(stream, &graph));
-    DSV4_OK(st);
-    cudaGraphExec_t exec;
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    for (size_t i = 0; i < P.q_bf16.size(); ++i) {
-      P.q_bf16[i] = dsv4::f32_to_bf16(std::fmax(-1.f, std::fmin(1.f, nd(rng))));
-      P.ref.q[i] = bf16_to_double(P.q_bf16[i]);
-    }
-    upload_q(P);
-    CUDA_OK(cudaMemset(P.d_out.p, 0xff, P.d_out.bytes));
-    CUDA_OK(cudaGraphLaunch(exec, stream));
-    CUDA_OK(cudaStreamSynchronize(stream));
-    std::vector<double> gout, glse, gml;
-    download_results(P, T, c.heads, c.seq_q, &gout, &glse, &gml);
-    // Eager run on the same new inputs must give the same bits.
-    CUDA_OK(cudaMemset(P.d_out.p, 0xff, P.d_out.bytes));
-    DSV4_OK(m.iface->run(plan.plan, &P.run));
-    CUDA_OK(cudaStreamSynchronize(stream));
-    download_results(P, T, c.heads, c.seq_q, &out, &lse, &ml);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (std::memcmp(&out[i], &gout[i], sizeof(double)) != 0) {
-        std::printf("FAIL %s: graph replay differs from eager at %zu (seed %llu)\n", c.name.c_str(),
-                    i, static_cast<unsigned long long>(g_seed));
-        return false;
-      }
-    }
-    if (!check_against_reference(P.ref, gout, glse, gml, c.name + "/graph")) return false;
-  }
-  return true;
+// A run's log must say `what` when the case expects it (GPU runs only).
+void expect_logged(const gpu& g, bool expected, const char* what) {
+  if (!expected || !is_gpu(g)) return;
+  EXPECT_NE(g.log.last_run().find(what), std::string::npos)
+      << "the run's log does not say \"" << what << "\" (log: \"" << g.log.last_run() << "\")";
 }
 
-// ------------------------------------------------------------------------------------------------
-// Paged mode
-struct paged_case {
-  std::string name;
-  int ratio = 4;  // 1, 4, 128
-  uint32_t layout = DSV4_KV_LAYOUT_FP8_V4_584B;
-  int heads = 64;
-  int decodes = 6;
-  int decode_len = 2;  // MTP
-  int prefills = 2;
-  int max_prefill_len = 40;
-  int max_seq = 700;
-  int swa_block = 64;
-  int index_topk = 64;
-  int64_t max_model_len = 4096;
-  int padding_tokens = 3;  // extra tokens beyond the last request
-  bool order = false;      // DSV4_CUDA_ORDER=1 on the wgmma kernel, one split: tokens longest first
+// A captured graph and its executable, destroyed with the object.
+struct captured_graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  captured_graph() = default;
+  captured_graph(const captured_graph&) = delete;
+  captured_graph& operator=(const captured_graph&) = delete;
+  ~captured_graph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
 };
 
-bool run_paged_case(const module& m, void* ctx, const paged_case& c) {
-  std::mt19937_64 rng(g_seed ^ std::hash<std::string>{}(c.name));
-  dsv4test::RefPagedConfig cfg;
-  cfg.compress_ratio = c.ratio;
-  cfg.window = 128;
-  cfg.swa_block_size = c.swa_block;
-  cfg.cmp_block_size = c.ratio > 1 ? 256 / c.ratio : 64;
-  cfg.index_topk = c.index_topk;
-  cfg.decode_threshold = c.decode_len;
-  cfg.max_model_len = c.max_model_len;
+// Runs one explicit case on `g`: the reference, the CPU module (cross_check) and, with
+// `graph_check`, a
+// captured graph replayed on new inputs.
+void run_explicit_case(gpu& g, const explicit_case& c, bool graph_check, bool cross_check) {
+  TestDevice* dev = g.device.get();
+  SCOPED_TRACE(c.name + ", DSV4_CUDA_FORCE=\"" + force_of(c) + "\", " + dsv4test::seed_note());
+  std::mt19937_64 rng(dsv4test::case_seed(c.name));
+  explicit_problem P;
+  P.c = c;
+  build_explicit(P, rng, dev);
+  PlanPtr plan;
+  ASSERT_EQ(create_plan(g.ctx.get(), P.options, force_of(c), true, &plan), DSV4_STATUS_OK)
+      << dsv4_last_error_message();
+  size_t ws_bytes = 0;
+  ASSERT_EQ(dsv4_plan_get_workspace_size(plan.get(), &ws_bytes), DSV4_STATUS_OK);
+  // The workspace pointer is deliberately not 16-byte aligned (the ABI promises no alignment).
+  // Outputs and workspace start as NaN bytes: every element must be written, and the combine
+  // must read only what the attention grid stored.
+  DeviceBuffer ws(dev, ws_bytes + 16);
+  ws.fill(0xff);
+  P.d_out.fill(0xff);
+  P.d_lse.fill(0xff);
+  P.d_ml.fill(0xff);
+  explicit_data d;
+  d.q = P.d_q.get();
+  d.q_pitch = P.dqk() + c.q_pad;
+  d.sink = P.d_sink.get();
+  d.out = P.d_out.get();
+  d.lse = P.d_lse.get();
+  d.ml = P.d_ml.get();
+  for (int i = 0; i < 2; ++i) {
+    d.cache[i] = P.d_cache[i].get();
+    d.idx[i] = P.d_idx[i].get();
+    d.ptr[i] = P.d_ptr[i].get();
+    d.len[i] = P.d_len[i].get();
+  }
+  explicit_tensors tensors(P, d, dev->device());
+  dsv4_run_args args = tensors.args(static_cast<uint8_t*>(ws.get()) + 4, ws_bytes, dev->stream());
+  g.log.clear();
+  ASSERT_EQ(dsv4_run(plan.get(), &args), DSV4_STATUS_OK) << dsv4_last_error_message();
+  dev->synchronize();
+  SCOPED_TRACE("run log: " + g.log.last_run());
+  expect_logged(g, c.expect_order, "longest first");
+  expect_logged(g, c.expect_persistent, "persistent CTAs");
+  const dsv4test::RefResult want = dsv4test::reference_attention(P.ref);
+  const results got = download(P);
+  expect_matches(got, want, "");
+  if (cross_check) cross_check_cpu(P, got);
+  if (!graph_check || !is_gpu(g) || ::testing::Test::HasFailure()) return;
 
-  dsv4test::RefPagedBatch b;
-  const int R = c.decodes + c.prefills;
-  std::vector<int> qlen(R), seq(R);
-  for (int r = 0; r < R; ++r) {
-    const bool dec = r < c.decodes;
-    qlen[r] = dec ? 1 + static_cast<int>(rng() % c.decode_len)
-                  : c.decode_len + 1 + static_cast<int>(rng() % c.max_prefill_len);
-    seq[r] = qlen[r] + static_cast<int>(rng() % (c.max_seq - qlen[r]));
-  }
-  b.query_start_loc.push_back(0);
-  for (int r = 0; r < R; ++r) b.query_start_loc.push_back(b.query_start_loc.back() + qlen[r]);
-  b.seq_lens.assign(seq.begin(), seq.end());
-  const int T = b.query_start_loc.back() + c.padding_tokens;
-  b.num_tokens = T;
-  // Block tables: random distinct blocks.
-  const int swa_cols = (c.max_seq + c.swa_block - 1) / c.swa_block;
-  const int64_t swa_blocks = static_cast<int64_t>(R) * swa_cols + 3;
-  std::vector<int32_t> perm(swa_blocks);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  b.swa_bt_cols = swa_cols;
-  b.swa_block_table.assign(perm.begin(), perm.begin() + static_cast<int64_t>(R) * swa_cols);
-  int64_t cmp_blocks = 0;
-  if (c.ratio > 1) {
-    const int cmp_cols = (c.max_seq / c.ratio + cfg.cmp_block_size - 1) / cfg.cmp_block_size + 1;
-    cmp_blocks = static_cast<int64_t>(R) * cmp_cols + 2;
-    std::vector<int32_t> cp(cmp_blocks);
-    std::iota(cp.begin(), cp.end(), 0);
-    std::shuffle(cp.begin(), cp.end(), rng);
-    b.cmp_bt_cols = cmp_cols;
-    b.cmp_block_table.assign(cp.begin(), cp.begin() + static_cast<int64_t>(R) * cmp_cols);
-  }
-  b.slot_mapping.assign(T, 0);
-  for (int t = 0; t < T; ++t)
-    b.slot_mapping[t] = (t >= b.query_start_loc.back() || rng() % 11 == 0) ? -1 : t;
-  if (c.ratio == 4) {
-    b.topk_indices.assign(static_cast<size_t>(T) * c.index_topk, -1);
-    for (int r = 0; r < R; ++r) {
-      for (int i = 0; i < qlen[r]; ++i) {
-        const int t = b.query_start_loc[r] + i;
-        const int p = seq[r] - qlen[r] + i;
-        const int n = (p + 1) / 4;
-        std::vector<int32_t> cand(n);
-        std::iota(cand.begin(), cand.end(), 0);
-        std::shuffle(cand.begin(), cand.end(), rng);
-        const int k = std::min(n, c.index_topk);
-        for (int j = 0; j < k; ++j)
-          b.topk_indices[static_cast<size_t>(t) * c.index_topk + j] = cand[j];
-      }
-    }
-  }
-  const dsv4test::RefPagedLists lists = dsv4test::ref_build_paged_lists(cfg, b);
-
-  host_cache swa, cmp;
-  swa.init(c.layout, c.swa_block, swa_blocks * c.swa_block, 0, 1.0f, rng);
-  poison_unreferenced(swa, lists.swa);
-  if (c.ratio > 1) {
-    cmp.init(c.layout, static_cast<int32_t>(cfg.cmp_block_size), cmp_blocks * cfg.cmp_block_size, 0,
-             1.0f, rng);
-    poison_unreferenced(cmp, lists.cmp);
-  }
-  const int H = c.heads;
-  const int dqk = dsv4::layout_head_dim_qk(c.layout);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<uint16_t> q(static_cast<size_t>(T) * H * dqk);
-  dsv4test::RefProblem ref;
-  ref.q.resize(q.size());
-  for (size_t i = 0; i < q.size(); ++i) {
-    q[i] = dsv4::f32_to_bf16(std::fmax(-1.f, std::fmin(1.f, nd(rng))));
-    ref.q[i] = bf16_to_double(q[i]);
-  }
-  std::vector<float> sink(H);
-  for (auto& s : sink) s = nd(rng);
-  sink[0] = -INFINITY;
-  if (H > 1) sink[1] = INFINITY;
-
-  ref.num_tokens = T;
-  ref.num_heads = H;
-  ref.head_dim_qk = dqk;
-  ref.scale = static_cast<double>(1.0f / std::sqrt(static_cast<float>(dqk)));
-  ref.sink.assign(sink.begin(), sink.end());
-  ref.main = swa.ref();
-  ref.main_lists = lists.swa;
-  if (c.ratio > 1) {
-    ref.extra = cmp.ref();
-    ref.extra_lists = lists.cmp;
-  }
-
-  dsv4_plan_options o = base_options();
-  o.mode = DSV4_MODE_PAGED;
-  o.num_heads = H;
-  o.head_dim_qk = dqk;
-  o.max_tokens = T + 5;
-  o.swa_cache = swa.desc();
-  if (c.ratio > 1) o.extra_cache = cmp.desc();
-  o.compress_ratio = c.ratio;
-  o.window = 128;
-  o.index_topk = c.index_topk;
-  o.decode_threshold = c.decode_len;
-  o.max_model_len = c.max_model_len;
-  o.max_requests = R;
-  o.max_swa_blocks_per_request = swa_cols;
-  o.max_cmp_blocks_per_request = static_cast<int32_t>(std::max<int64_t>(1, b.cmp_bt_cols));
-  std::unique_ptr<plan_holder> plan_ptr;
-  {
-    scoped_env env;
-    if (c.order) {
-      env.set("DSV4_CUDA_ORDER", "1");
-      env.set("DSV4_CUDA_KERNEL", "wgmma");
-      env.set("DSV4_CUDA_MAX_SPLITS", "1");
-      env.set("DSV4_CUDA_LOG_RUNS", "1");
-    }
-    plan_ptr = std::make_unique<plan_holder>(m.iface, ctx, o);
-  }
-  plan_holder& plan = *plan_ptr;
-
-  dbuf d_q(q.size() * 2), d_swa(swa.bytes.size()), d_cmp(std::max<size_t>(1, cmp.bytes.size())),
-      d_sink(H * 4);
-  d_q.upload(q);
-  d_swa.upload(swa.bytes);
-  if (c.ratio > 1) d_cmp.upload(cmp.bytes);
-  d_sink.upload(sink);
-  dbuf d_qsl(b.query_start_loc.size() * 4), d_seq(b.seq_lens.size() * 4),
-      d_sbt(b.swa_block_table.size() * 4), d_cbt(std::max<size_t>(1, b.cmp_block_table.size()) * 4),
-      d_slot(b.slot_mapping.size() * 4), d_topk(std::max<size_t>(1, b.topk_indices.size()) * 4);
-  d_qsl.upload(b.query_start_loc);
-  d_seq.upload(b.seq_lens);
-  d_sbt.upload(b.swa_block_table);
-  if (!b.cmp_block_table.empty()) d_cbt.upload(b.cmp_block_table);
-  d_slot.upload(b.slot_mapping);
-  if (!b.topk_indices.empty()) d_topk.upload(b.topk_indices);
-  dbuf d_out(static_cast<size_t>(T) * H * 512 * 2), d_lse(static_cast<size_t>(T) * H * 4),
-      d_ml(static_cast<size_t>(T) * H * 4), d_ws(plan.workspace + 16);
-  CUDA_OK(cudaMemset(d_ws.p, 0xff, d_ws.bytes));
-  CUDA_OK(cudaMemset(d_out.p, 0xff, d_out.bytes));
-  CUDA_OK(cudaMemset(d_lse.p, 0xff, d_lse.bytes));
-  CUDA_OK(cudaMemset(d_ml.p, 0xff, d_ml.bytes));
-
-  dsv4_mod_run r{};
-  r.struct_size = sizeof r;
-  r.mode = DSV4_MODE_PAGED;
-  r.num_tokens = T;
-  r.seq_q = 1;
-  r.q = dsv4_mod_token_view{d_q.p, static_cast<int64_t>(H) * dqk, 0, dqk};
-  r.out = dsv4_mod_token_view{d_out.p, static_cast<int64_t>(H) * 512, 0, 512};
-  r.lse = dsv4_mod_token_view{d_lse.p, H, 0, 1};
-  r.max_logits = dsv4_mod_token_view{d_ml.p, H, 0, 1};
-  r.swa_cache = swa.mod(d_swa.p);
-  if (c.ratio > 1) r.extra_cache = cmp.mod(d_cmp.p);
-  r.attn_sink = d_sink.as<float>();
-  r.paged.num_reqs = R;
-  r.paged.query_start_loc = d_qsl.as<int32_t>();
-  r.paged.seq_lens = d_seq.as<int32_t>();
-  r.paged.swa_block_table = d_sbt.as<int32_t>();
-  r.paged.swa_bt_stride = b.swa_bt_cols;
-  r.paged.swa_bt_cols = static_cast<int32_t>(b.swa_bt_cols);
-  if (c.ratio > 1) {
-    r.paged.cmp_block_table = d_cbt.as<int32_t>();
-    r.paged.cmp_bt_stride = b.cmp_bt_cols;
-    r.paged.cmp_bt_cols = static_cast<int32_t>(b.cmp_bt_cols);
-  }
-  r.paged.slot_mapping = d_slot.as<int32_t>();
-  if (c.ratio == 4) {
-    r.paged.topk_indices = d_topk.as<int32_t>();
-    r.paged.topk_stride = c.index_topk;
-  }
-  r.workspace = static_cast<uint8_t*>(d_ws.p) + 8;  // not 16-byte aligned on purpose
-  r.workspace_bytes = plan.workspace;
-  last_log().clear();
-  DSV4_OK(m.iface->run(plan.plan, &r));
-  CUDA_OK(cudaDeviceSynchronize());
-  if (!check_logged(c.name, c.order, "longest first")) return false;
-
-  const auto o16 = d_out.download<uint16_t>(static_cast<size_t>(T) * H * 512);
-  std::vector<double> out(o16.size());
-  for (size_t i = 0; i < o16.size(); ++i) out[i] = bf16_to_double(o16[i]);
-  const auto lf = d_lse.download<float>(static_cast<size_t>(T) * H);
-  const auto mf = d_ml.download<float>(static_cast<size_t>(T) * H);
-  return check_against_reference(ref, out, std::vector<double>(lf.begin(), lf.end()),
-                                 std::vector<double>(mf.begin(), mf.end()),
-                                 c.name + " [" + dsv4test::ref_describe_batch(b) + "]");
+  // One run captured into a graph, replayed with new q in the same buffers: the same bits as an
+  // eager run on the new q, and the reference's values.
+  cudaStream_t stream = static_cast<cudaStream_t>(dev->stream());
+  captured_graph graph;
+  DSV4_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const dsv4_status st = dsv4_run(plan.get(), &args);
+  const std::string capture_error = dsv4_last_error_message();
+  DSV4_CUDA_CHECK(cudaStreamEndCapture(stream, &graph.graph));
+  ASSERT_EQ(st, DSV4_STATUS_OK) << "run under capture: " << capture_error;
+  DSV4_CUDA_CHECK(cudaGraphInstantiate(&graph.exec, graph.graph, 0));
+  P.draw_q(rng);
+  P.upload_q(dev);
+  P.d_out.fill(0xff);
+  DSV4_CUDA_CHECK(cudaGraphLaunch(graph.exec, stream));
+  dev->synchronize();
+  const results replayed = download(P);
+  P.d_out.fill(0xff);
+  ASSERT_EQ(dsv4_run(plan.get(), &args), DSV4_STATUS_OK) << dsv4_last_error_message();
+  dev->synchronize();
+  const results eager = download(P);
+  EXPECT_EQ(
+      0, std::memcmp(replayed.out.data(), eager.out.data(), replayed.out.size() * sizeof(double)))
+      << "graph replay differs from an eager run on the same inputs";
+  expect_matches(replayed, dsv4test::reference_attention(P.ref), "graph replay");
 }
 
 std::vector<explicit_case> explicit_cases() {
@@ -818,6 +718,7 @@ std::vector<explicit_case> explicit_cases() {
     c.extra_topk = 512;
     c.extra_block = 2;
     c.extra_slots = 2048;
+    c.graph = h == 1;
     add(c);
   }
   {  // one split per CTA (many tokens): the direct-finalise path, prefill-like
@@ -877,8 +778,8 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   {
-    explicit_case
-        c;  // the mma.sync kernel with 64-head tiles (Hopper uses the wgmma kernel by default)
+    // The mma.sync kernel with 64-head tiles (Hopper uses the wgmma kernel by default).
+    explicit_case c;
     c.name = "mma-v4-decode-h64-b80";
     c.kernel = "mma";
     c.batch = 80;
@@ -912,6 +813,48 @@ std::vector<explicit_case> explicit_cases() {
     c.heads = 16;
     c.topk = 128;
     c.extra_topk = 128;
+    add(c);
+  }
+  // fp16 rows (spec 12.1) through each kernel family that serves bf16 rows: the wgmma kernel, the
+  // small-head kernel's tiles and the mma.sync kernel, with splits and persistent CTAs.
+  {
+    explicit_case c;
+    c.name = "sm90-fp16-h64";
+    c.layout = c.extra_layout = DSV4_KV_LAYOUT_FP16;
+    c.block = 61;
+    c.topk = 200;
+    c.extra_topk = 130;
+    c.extra_block = 5;
+    add(c);
+    c.name = "sm90-fp16-h128-splits5";
+    c.heads = 128;
+    c.batch = 1;
+    c.topk = 448;
+    c.extra_topk = 512;
+    c.max_splits = 5;
+    add(c);
+    c = explicit_case{};
+    c.name = "sm90s-fp16-h16";
+    c.layout = c.extra_layout = DSV4_KV_LAYOUT_FP16;
+    c.heads = 16;
+    c.topk = 300;
+    c.block = 37;
+    c.extra_topk = 200;
+    c.extra_block = 3;
+    add(c);
+    c.name = "sm90-persist3-fp16-h64";
+    c.heads = 64;
+    c.batch = 7;
+    c.persistent = 3;
+    add(c);
+    c = explicit_case{};
+    c.name = "mma-fp16-h64-sq1";
+    c.layout = c.extra_layout = DSV4_KV_LAYOUT_FP16;
+    c.kernel = "mma";
+    c.seq_q = 1;
+    c.batch = 9;
+    c.topk = 64;
+    c.extra_topk = 257;
     add(c);
   }
   // Shapes aimed at the Hopper kernel (> 32 heads, one 512-dim layout): partial 64-head groups,
@@ -965,6 +908,7 @@ std::vector<explicit_case> explicit_cases() {
     per_tensor_fp8_q(c);
     c.heads = 64;
     c.topk = 70;
+    c.extra_topk = 64;
     c.softmax_scale = 1e-45f;
     add(c);
   }
@@ -999,8 +943,8 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   {
-    explicit_case
-        c;  // strided q rows (pitch 576): the tensor-map Q load with a head stride, 96 heads
+    // Strided q rows (pitch 576): the tensor-map Q load with a head stride, 96 heads.
+    explicit_case c;
     c.name = "sm90-bf16-h96-qpad";
     c.layout = DSV4_KV_LAYOUT_BF16;
     c.heads = 96;
@@ -1387,8 +1331,8 @@ std::vector<explicit_case> explicit_cases() {
     add(c);
   }
   {
-    explicit_case c;  // 32-head tiles (the wgmma consumer; heads 16..27 a partial second half), few
-                      // tokens: splits
+    // 32-head tiles (the wgmma consumer; heads 16..27 a partial second half), few tokens: splits.
+    explicit_case c;
     c.name = "sm90s-per-tensor-fp8-q-h28";
     c.special_rows = true;
     per_tensor_fp8_q(c);
@@ -1548,6 +1492,220 @@ std::vector<explicit_case> explicit_cases() {
   return v;
 }
 
+class CudaExplicit : public ::testing::TestWithParam<explicit_case> {};
+
+TEST_P(CudaExplicit, MatchesTheReferenceAndTheCpuModule) {
+  OPEN_GPU_OR_SKIP(g, 0);
+  run_explicit_case(*g, GetParam(), GetParam().graph, DSV4_CUDA_TEST_CPU_CROSS_CHECK != 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaExplicit, ::testing::ValuesIn(explicit_cases()),
+                         [](const auto& i) { return test_name(i.param.name); });
+
+// ---------------------------------------------------------------------------------------------
+// Paged mode: the lists built on the device from an engine's batch description.
+
+struct paged_case {
+  std::string name;
+  int ratio = 4;  // 1, 4, 128
+  uint32_t layout = DSV4_KV_LAYOUT_FP8_V4_584B;
+  int heads = 64;
+  int decodes = 6;
+  int decode_len = 2;  // MTP
+  int prefills = 2;
+  int max_prefill_len = 40;
+  int max_seq = 700;
+  int swa_block = 64;
+  int index_topk = 64;
+  int64_t max_model_len = 4096;
+  int padding_tokens = 3;  // extra tokens beyond the last request
+  bool order = false;      // DSV4_CUDA_FORCE order=1 on the wgmma kernel, one split
+};
+
+std::ostream& operator<<(std::ostream& os, const paged_case& c) { return os << c.name; }
+
+void run_paged_case(gpu& g, const paged_case& c) {
+  TestDevice* dev = g.device.get();
+  const std::string force = c.order ? "order=1,kernel=wgmma,max_splits=1" : "";
+  SCOPED_TRACE(c.name + ", DSV4_CUDA_FORCE=\"" + force + "\", " + dsv4test::seed_note());
+  std::mt19937_64 rng(dsv4test::case_seed(c.name));
+  dsv4test::RefPagedConfig cfg;
+  cfg.compress_ratio = c.ratio;
+  cfg.window = 128;
+  cfg.swa_block_size = c.swa_block;
+  cfg.cmp_block_size = c.ratio > 1 ? 256 / c.ratio : 64;
+  cfg.index_topk = c.index_topk;
+  cfg.decode_threshold = c.decode_len;
+  cfg.max_model_len = c.max_model_len;
+
+  dsv4test::RefPagedBatch b;
+  const int R = c.decodes + c.prefills;
+  std::vector<int> qlen(R), seq(R);
+  for (int r = 0; r < R; ++r) {
+    const bool dec = r < c.decodes;
+    qlen[r] = dec ? 1 + static_cast<int>(rng() % c.decode_len)
+                  : c.decode_len + 1 + static_cast<int>(rng() % c.max_prefill_len);
+    seq[r] = qlen[r] + static_cast<int>(rng() % (c.max_seq - qlen[r]));
+  }
+  b.query_start_loc.push_back(0);
+  for (int r = 0; r < R; ++r) b.query_start_loc.push_back(b.query_start_loc.back() + qlen[r]);
+  b.seq_lens.assign(seq.begin(), seq.end());
+  const int T = b.query_start_loc.back() + c.padding_tokens;
+  b.num_tokens = T;
+  // Block tables: random distinct blocks.
+  const int swa_cols = (c.max_seq + c.swa_block - 1) / c.swa_block;
+  const int64_t swa_blocks = static_cast<int64_t>(R) * swa_cols + 3;
+  std::vector<int32_t> perm(swa_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  b.swa_bt_cols = swa_cols;
+  b.swa_block_table.assign(perm.begin(), perm.begin() + static_cast<int64_t>(R) * swa_cols);
+  int64_t cmp_blocks = 0;
+  if (c.ratio > 1) {
+    const int cmp_cols = (c.max_seq / c.ratio + cfg.cmp_block_size - 1) / cfg.cmp_block_size + 1;
+    cmp_blocks = static_cast<int64_t>(R) * cmp_cols + 2;
+    std::vector<int32_t> cp(cmp_blocks);
+    std::iota(cp.begin(), cp.end(), 0);
+    std::shuffle(cp.begin(), cp.end(), rng);
+    b.cmp_bt_cols = cmp_cols;
+    b.cmp_block_table.assign(cp.begin(), cp.begin() + static_cast<int64_t>(R) * cmp_cols);
+  }
+  b.slot_mapping.assign(T, 0);
+  for (int t = 0; t < T; ++t)
+    b.slot_mapping[t] = (t >= b.query_start_loc.back() || rng() % 11 == 0) ? -1 : t;
+  if (c.ratio == 4) {
+    b.topk_indices.assign(static_cast<size_t>(T) * c.index_topk, -1);
+    for (int r = 0; r < R; ++r) {
+      for (int i = 0; i < qlen[r]; ++i) {
+        const int t = b.query_start_loc[r] + i;
+        const int p = seq[r] - qlen[r] + i;
+        const int n = (p + 1) / 4;
+        std::vector<int32_t> cand(n);
+        std::iota(cand.begin(), cand.end(), 0);
+        std::shuffle(cand.begin(), cand.end(), rng);
+        const int k = std::min(n, c.index_topk);
+        for (int j = 0; j < k; ++j)
+          b.topk_indices[static_cast<size_t>(t) * c.index_topk + j] = cand[j];
+      }
+    }
+  }
+  SCOPED_TRACE("batch: " + dsv4test::ref_describe_batch(b));
+  const dsv4test::RefPagedLists lists = dsv4test::ref_build_paged_lists(cfg, b);
+
+  host_cache swa, cmp;
+  swa.init(c.layout, c.swa_block, swa_blocks * c.swa_block, 0, 1.0f, rng);
+  poison_unreferenced(swa, lists.swa);
+  if (c.ratio > 1) {
+    cmp.init(c.layout, static_cast<int32_t>(cfg.cmp_block_size), cmp_blocks * cfg.cmp_block_size, 0,
+             1.0f, rng);
+    poison_unreferenced(cmp, lists.cmp);
+  }
+  const int H = c.heads;
+  const int dqk = dsv4::layout_head_dim_qk(c.layout);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<uint16_t> q(static_cast<size_t>(T) * H * dqk);
+  dsv4test::RefProblem ref;
+  ref.q.resize(q.size());
+  for (size_t i = 0; i < q.size(); ++i) {
+    q[i] = dsv4::f32_to_bf16(std::fmax(-1.f, std::fmin(1.f, nd(rng))));
+    ref.q[i] = bf16_to_double(q[i]);
+  }
+  std::vector<float> sink(H);
+  for (auto& s : sink) s = nd(rng);
+  sink[0] = -INFINITY;
+  if (H > 1) sink[1] = INFINITY;
+
+  ref.num_tokens = T;
+  ref.num_heads = H;
+  ref.head_dim_qk = dqk;
+  ref.scale = static_cast<double>(1.0f / std::sqrt(static_cast<float>(dqk)));
+  ref.sink.assign(sink.begin(), sink.end());
+  ref.main = swa.ref();
+  ref.main_lists = lists.swa;
+  if (c.ratio > 1) {
+    ref.extra = cmp.ref();
+    ref.extra_lists = lists.cmp;
+  }
+
+  dsv4_plan_options o = base_options();
+  o.mode = DSV4_MODE_PAGED;
+  o.num_heads = H;
+  o.head_dim_qk = dqk;
+  o.max_tokens = T + 5;
+  o.swa_cache = swa.desc();
+  if (c.ratio > 1) o.extra_cache = cmp.desc();
+  o.compress_ratio = c.ratio;
+  o.window = 128;
+  o.index_topk = c.index_topk;
+  o.decode_threshold = c.decode_len;
+  o.max_model_len = c.max_model_len;
+  o.max_requests = R;
+  o.max_swa_blocks_per_request = swa_cols;
+  o.max_cmp_blocks_per_request = static_cast<int32_t>(std::max<int64_t>(1, b.cmp_bt_cols));
+  PlanPtr plan;
+  ASSERT_EQ(create_plan(g.ctx.get(), o, force, true, &plan), DSV4_STATUS_OK)
+      << dsv4_last_error_message();
+  size_t ws_bytes = 0;
+  ASSERT_EQ(dsv4_plan_get_workspace_size(plan.get(), &ws_bytes), DSV4_STATUS_OK);
+
+  const dsv4_device d = dev->device();
+  DeviceBuffer d_q = dsv4test::to_device(dev, q), d_swa = dsv4test::to_device(dev, swa.bytes),
+               d_cmp = dsv4test::to_device(dev, cmp.bytes), d_sink = dsv4test::to_device(dev, sink);
+  DeviceBuffer d_qsl = dsv4test::to_device(dev, b.query_start_loc),
+               d_seq = dsv4test::to_device(dev, b.seq_lens),
+               d_sbt = dsv4test::to_device(dev, b.swa_block_table),
+               d_cbt = dsv4test::to_device(dev, b.cmp_block_table),
+               d_slot = dsv4test::to_device(dev, b.slot_mapping),
+               d_topk = dsv4test::to_device(dev, b.topk_indices);
+  DeviceBuffer d_out(dev, static_cast<size_t>(T) * H * 512 * 2),
+      d_lse(dev, static_cast<size_t>(T) * H * 4), d_ml(dev, static_cast<size_t>(T) * H * 4),
+      d_ws(dev, ws_bytes + 16);
+  d_ws.fill(0xff);
+  d_out.fill(0xff);
+  d_lse.fill(0xff);
+  d_ml.fill(0xff);
+
+  TensorView tq(d_q.get(), d, kBf16, {T, H, dqk}), tout(d_out.get(), d, kBf16, {T, H, 512});
+  TensorView tlse(d_lse.get(), d, kF32, {T, H}), tml(d_ml.get(), d, kF32, {T, H});
+  TensorView tsink(d_sink.get(), d, kF32, {H});
+  TensorView tswa = swa.tensor(d_swa.get(), d, swa.num_blocks);
+  TensorView tcmp = cmp.tensor(d_cmp.get(), d, cmp.num_blocks);
+  TensorView tqsl(d_qsl.get(), d, kI32, {R + 1}), tseq(d_seq.get(), d, kI32, {R});
+  TensorView tsbt(d_sbt.get(), d, kI32, {R, b.swa_bt_cols});
+  TensorView tcbt(d_cbt.get(), d, kI32, {R, b.cmp_bt_cols});
+  TensorView tslot(d_slot.get(), d, kI32, {T}), ttopk(d_topk.get(), d, kI32, {T, c.index_topk});
+  dsv4_run_args a;
+  dsv4_run_args_init(&a);
+  a.q = tq.get();
+  a.out = tout.get();
+  a.lse = tlse.get();
+  a.max_logits = tml.get();
+  a.attn_sink = tsink.get();
+  a.swa_cache = tswa.get();
+  a.extra_cache = c.ratio > 1 ? tcmp.get() : nullptr;
+  a.query_start_loc = tqsl.get();
+  a.seq_lens = tseq.get();
+  a.swa_block_table = tsbt.get();
+  a.cmp_block_table = c.ratio > 1 ? tcbt.get() : nullptr;
+  a.slot_mapping = tslot.get();
+  a.topk_indices = c.ratio == 4 ? ttopk.get() : nullptr;
+  a.workspace = static_cast<uint8_t*>(d_ws.get()) + 8;  // not 16-byte aligned on purpose
+  a.workspace_bytes = ws_bytes;
+  a.stream = dev->stream();
+  g.log.clear();
+  ASSERT_EQ(dsv4_run(plan.get(), &a), DSV4_STATUS_OK) << dsv4_last_error_message();
+  dev->synchronize();
+  SCOPED_TRACE("run log: " + g.log.last_run());
+  expect_logged(g, c.order, "longest first");
+
+  results got;
+  got.out = bf16_to_doubles(d_out.download<uint16_t>());
+  const std::vector<float> lse = d_lse.download<float>(), ml = d_ml.download<float>();
+  got.lse.assign(lse.begin(), lse.end());
+  got.ml.assign(ml.begin(), ml.end());
+  expect_matches(got, dsv4test::reference_attention(ref), "");
+}
+
 std::vector<paged_case> paged_cases() {
   std::vector<paged_case> v;
   paged_case c;
@@ -1584,101 +1742,85 @@ std::vector<paged_case> paged_cases() {
   return v;
 }
 
+class CudaPaged : public ::testing::TestWithParam<paged_case> {};
+
+TEST_P(CudaPaged, MatchesTheReference) {
+  OPEN_GPU_OR_SKIP(g, 0);
+  run_paged_case(*g, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaPaged, ::testing::ValuesIn(paged_cases()),
+                         [](const auto& i) { return test_name(i.param.name); });
+
+// ---------------------------------------------------------------------------------------------
+// Several GPUs per process: while device 0's context lives, a context on each other device runs
+// one case of every kernel family there (CTA pairs with a graph replay, mma.sync, wgmma alone,
+// splits, the small-head kernel's 16- and 32-head tiles, paged list building).
+
+class CudaOtherDevices : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaOtherDevices, MatchTheReference) {
+  OPEN_GPU_OR_SKIP(first, 0);
+  std::string why;
+  const int count = is_gpu(*first) ? cuda_device_count(&why) : 0;
+  if (count < 2) GTEST_SKIP() << "one CUDA device: no other device to run on";
+  const std::string& name = GetParam();
+  const std::vector<explicit_case> explicit_list = explicit_cases();
+  const std::vector<paged_case> paged_list = paged_cases();
+  const auto e = std::find_if(explicit_list.begin(), explicit_list.end(),
+                              [&](const explicit_case& c) { return c.name == name; });
+  const auto p = std::find_if(paged_list.begin(), paged_list.end(),
+                              [&](const paged_case& c) { return c.name == name; });
+  ASSERT_TRUE(e != explicit_list.end() || p != paged_list.end())
+      << "no case named " << name << ": the list of other-device cases must follow a rename";
+  for (int d = 1; d < count; ++d) {
+    SCOPED_TRACE("CUDA device " + std::to_string(d));
+    OPEN_GPU_OR_SKIP(other, d);
+    if (e != explicit_list.end()) {
+      // The first case also captures and replays a graph on this device.
+      run_explicit_case(*other, *e, name == "v4-decode-h128", false);
+    } else {
+      run_paged_case(*other, *p);
+    }
+    ASSERT_FALSE(HasFatalFailure());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Named, CudaOtherDevices,
+                         ::testing::Values("v4-decode-h128", "mma-v4-h8", "sm90-v4-decode-h64-b80",
+                                           "sm90-lone-nan-key-v4-h128-splits16",
+                                           "sm90s-v4-decode-h16-b80", "sm90s-per-tensor-fp8-q-h28",
+                                           "paged-c4a-h64"),
+                         [](const auto& i) { return test_name(i.param); });
+
+// ---------------------------------------------------------------------------------------------
+// The test hook itself: what it cannot parse fails plan creation, naming the item.
+
+TEST(CudaForceHook, RejectsUnknownKeysAndBadValues) {
+  OPEN_GPU_OR_SKIP(g, 0);
+  if (!is_gpu(*g)) GTEST_SKIP() << "the CPU module has no DSV4_CUDA_FORCE";
+  dsv4_plan_options o = base_options();
+  o.swa_cache = dsv4_kv_cache_desc{DSV4_KV_LAYOUT_BF16, 64, 0, 1.0f, 0};
+  o.topk = 64;
+  for (const char* force : {"no_such_knob=1", "kernel=tensor", "chunk=48", "order=2"}) {
+    SCOPED_TRACE(std::string("DSV4_CUDA_FORCE=") + force);
+    PlanPtr plan;
+    EXPECT_EQ(create_plan(g->ctx.get(), o, force, false, &plan), DSV4_STATUS_INVALID_ARGUMENT);
+    EXPECT_EQ(plan, nullptr);
+    EXPECT_NE(std::string(dsv4_last_error_message()).find("DSV4_CUDA_FORCE"), std::string::npos)
+        << dsv4_last_error_message();
+  }
+  PlanPtr plan;
+  EXPECT_EQ(create_plan(g->ctx.get(), o, "kernel=mma,max_splits=2,order=0", false, &plan),
+            DSV4_STATUS_OK)
+      << dsv4_last_error_message();
+}
+
 }  // namespace
+}  // namespace dsv4cudatest
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s <libdsv4-cuda.so> [name filter]\n", argv[0]);
-    return 2;
-  }
-  const char* env_seed = std::getenv("DSV4_TEST_SEED");
-  g_seed = env_seed != nullptr ? std::strtoull(env_seed, nullptr, 0)
-                               : std::random_device{}() * 0x100000001ull;
-  const std::string filter = argc > 2 ? argv[2] : "";
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress is visible even if a case hangs
-  try {
-    module m(argv[1]);
-    std::unique_ptr<module> cpu;
-    if (argc > 3 && m.skip_reason.empty()) {
-      cpu = std::make_unique<module>(argv[3]);
-      g_cpu = cpu->iface;
-      dsv4_mod_ctx_config cfg{sizeof(dsv4_mod_ctx_config), 0, 0, 0};
-      DSV4_OK(g_cpu->ctx_create(&cfg, &g_cpu_ctx));
-      std::printf("cross-checking against the CPU module %s\n", argv[3]);
-    }
-    if (!m.skip_reason.empty()) {
-      std::printf("skipped: %s\n", m.skip_reason.c_str());
-      return kSkip;
-    }
-    context_holder ctx(m.iface, 0);
-    int failures = 0, passed = 0;
-    bool graph_done = false;
-    for (const auto& c : explicit_cases()) {
-      if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
-      const bool graph = (!graph_done && !c.q_fp8) || c.graph;
-      graph_done = true;
-      const bool ok = run_explicit_case(m, ctx.ctx, c, graph);
-      std::printf("%s %s%s\n", ok ? "ok  " : "FAIL", c.name.c_str(),
-                  graph ? " (+graph replay)" : "");
-      ok ? ++passed : ++failures;
-    }
-    for (const auto& c : paged_cases()) {
-      if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
-      const bool ok = run_paged_case(m, ctx.ctx, c);
-      std::printf("%s %s\n", ok ? "ok  " : "FAIL", c.name.c_str());
-      ok ? ++passed : ++failures;
-    }
-    // Several contexts on several GPUs: while device 0's context lives, a context on each other
-    // device runs one case of every kernel family there (CTA pairs with a graph replay, mma.sync,
-    // wgmma alone, splits, the small-head kernel's 16- and 32-head tiles, paged list building).
-    const char* const other_device_cases[] = {"v4-decode-h128",
-                                              "mma-v4-h8",
-                                              "sm90-v4-decode-h64-b80",
-                                              "sm90-lone-nan-key-v4-h128-splits16",
-                                              "sm90s-v4-decode-h16-b80",
-                                              "sm90s-per-tensor-fp8-q-h28",
-                                              "paged-c4a-h64"};
-    auto on_other_device = [&](const std::string& name) {
-      for (const char* n : other_device_cases)
-        if (name == n) return true;
-      return false;
-    };
-    for (int d = 1; d < m.device_count && filter.empty(); ++d) {
-      CUDA_OK(cudaSetDevice(d));  // the test's buffers live on device d
-      {
-        context_holder other(m.iface, d);
-        const std::string tag = " (device " + std::to_string(d) + ")";
-        size_t run = 0;
-        for (const auto& c : explicit_cases()) {
-          if (!on_other_device(c.name)) continue;
-          const bool graph = c.name == other_device_cases[0];  // a graph captured on device d too
-          const bool ok = run_explicit_case(m, other.ctx, c, graph);
-          std::printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", c.name.c_str(), tag.c_str(),
-                      graph ? " (+graph replay)" : "");
-          ok ? ++passed : ++failures;
-          ++run;
-        }
-        for (const auto& c : paged_cases()) {
-          if (!on_other_device(c.name)) continue;
-          const bool ok = run_paged_case(m, other.ctx, c);
-          std::printf("%s %s%s\n", ok ? "ok  " : "FAIL", c.name.c_str(), tag.c_str());
-          ok ? ++passed : ++failures;
-          ++run;
-        }
-        if (run != std::size(other_device_cases)) {  // a case was renamed: the list must follow
-          std::printf("FAIL device %d ran %zu of the %zu named cases\n", d, run,
-                      std::size(other_device_cases));
-          ++failures;
-        }
-      }
-      CUDA_OK(cudaSetDevice(0));
-    }
-    if (g_cpu != nullptr) g_cpu->ctx_destroy(g_cpu_ctx);
-    std::printf("%d passed, %d failed (seed %llu)\n", passed, failures,
-                static_cast<unsigned long long>(g_seed));
-    return failures == 0 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::printf("FAIL: %s (seed %llu)\n", e.what(), static_cast<unsigned long long>(g_seed));
-    return 1;
-  }
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new dsv4cudatest::library_environment);
+  return RUN_ALL_TESTS();
 }

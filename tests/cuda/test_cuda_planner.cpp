@@ -1,7 +1,7 @@
-// The CUDA module's run planner (backends/cuda/planner.cpp) without a GPU: the invariants every run
-// relies on (its splits cover its chunks, fit the plan's workspace for partials, honour the tuning
-// knobs), the choices on the H200 shapes that measured fastest there, and when the small-head
-// kernel takes persistent CTAs.
+// The CUDA module's planner (backends/cuda/planner.cpp) without a GPU: the invariants every run
+// relies on (its splits cover its chunks, fit the plan's workspace for partials, honour the forced
+// knobs), the choices on the H200 shapes measured as the fastest, the tilings a plan holds, the
+// launch of each run (token order, CTA pairs, persistent CTAs) and the DSV4_CUDA_FORCE hook.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,7 +20,7 @@ constexpr uint32_t kFp8 = DSV4_KV_LAYOUT_FP8_V4_584B;
 constexpr uint32_t kBf16 = DSV4_KV_LAYOUT_BF16;
 
 // A plan's tilings as module.cpp's size_plan builds them on a Hopper GPU with room for every kernel
-// (`hopper` false: the mma.sync tilings only, as on sm_80..89).
+// (`hopper` false: the mma.sync tilings only, as on sm_80..89); plan_tilings builds the same.
 run_planner make_planner(int heads, int chunks, uint32_t layout, bool hopper, int sms = 132) {
   run_planner p;
   p.sm_count = sms;
@@ -109,7 +109,7 @@ TEST(CudaPlanner, RunsCoverTheirChunksAndFitTheWorkspace) {
 }
 
 // Tokens longest first: the wgmma kernel's one-split runs of uneven tokens over more than one wave
-// of CTAs (pairs count as two), or any such run when DSV4_CUDA_ORDER=1 asks.
+// of CTAs (pairs count as two), or any such run when order=1 asks.
 TEST(CudaPlanner, LongestTokensFirst) {
   for (int heads : {64, 128}) {
     SCOPED_TRACE("heads " + std::to_string(heads));
@@ -124,7 +124,7 @@ TEST(CudaPlanner, LongestTokensFirst) {
     EXPECT_FALSE(order_tokens(p, p.wide, wave + 1, 1, true));   // the mma.sync kernel
     EXPECT_FALSE(order_tokens(p, p.sm90_narrow[1], wave + 1, 1, true));
     tiling forced = p.sm90;
-    forced.persistent_forced = true;  // DSV4_CUDA_PERSISTENT: items in a fixed order
+    forced.persistent_forced = true;  // persistent=N: items in a fixed order
     EXPECT_FALSE(order_tokens(p, forced, wave + 1, 1, true));
     p.order = 1;
     EXPECT_TRUE(order_tokens(p, p.sm90, 1, 1, true));
@@ -199,59 +199,305 @@ TEST(CudaPlanner, WithoutHopperKernels) {
   for (int64_t t : {1, 4, 64, 512}) EXPECT_EQ(pick(p, t, false).rfind("mma h", 0), 0u) << t;
 }
 
-// Persistent small-head CTAs (attention_sm90_small_persistent): 16-head tiles of staged FP8 rows,
-// one split, from three waves of uniform items (8 heads at b=128, 1.9 waves on 132 SMs, stay one
-// CTA per item; b=256 runs persistent); DSV4_CUDA_PERSISTENT's forced CTAs take any lengths once
-// the items outnumber them.
+// DSV4_PLAN_FLAG_BATCH_INVARIANT: every run of a plan takes the same tiling (the one for its head
+// count, or the forced one) and one key split, whatever its token count, lengths or Q, so that a
+// token's reduction order never depends on the batch; no run needs partials. (The results
+// themselves, bit for bit, are the device-agnostic batch-invariance test's to check on a GPU.)
+TEST(CudaPlanner, BatchInvariantPlansFixTheirTilingAndSplits) {
+  for (int heads : {1, 8, 13, 16, 24, 32, 40, 64, 100, 128})
+    for (uint32_t layout : {kFp8, kBf16})
+      for (int chunks : {1, 3, 10, 18, 33})
+        for (bool hopper : {false, true})
+          for (int knob = 0; knob < 6; ++knob) {
+            run_planner p = make_planner(heads, chunks, layout, hopper);
+            p.batch_invariant = true;
+            p.sm90.resident[0] = p.sm90.resident[1] = 132;
+            if (knob == 1) p.force_sm90_narrow = 1;
+            if (knob == 2) p.force_sm90_narrow = 2;
+            if (knob == 3) p.force_sm90_narrow = -1;
+            if (knob == 4) p.min_splits = 4;
+            if (knob == 5) p.max_splits = 3;
+            EXPECT_EQ(max_partial_rows(p, 5000), 0u);
+            for (bool sm90_ok : {false, true}) {
+              SCOPED_TRACE("heads " + std::to_string(heads) + " layout " + std::to_string(layout) +
+                           " chunks " + std::to_string(chunks) + " hopper " +
+                           std::to_string(hopper) + " knob " + std::to_string(knob) + " sm90_ok " +
+                           std::to_string(sm90_ok));
+              run_facts f;
+              f.sm90_ok = sm90_ok;
+              f.tokens = 1;
+              const run_choice first = choose_run(p, f);
+              const tiling& expected = sm90_ok && p.force_sm90_narrow > 0 && hopper && heads > 32
+                                           ? p.sm90_narrow[p.force_sm90_narrow - 1]
+                                       : sm90_ok && hopper ? p.sm90
+                                                           : p.wide;
+              EXPECT_EQ(describe(first.tl, first.splits), describe(expected, first.splits));
+              for (int64_t t = 1; t <= 5000; t += t < 80 ? 1 : 97) {
+                for (bool uniform : {false, true}) {
+                  f.tokens = t;
+                  f.uniform = uniform;
+                  const run_choice r = choose_run(p, f);
+                  ASSERT_EQ(r.splits.splits, 1) << t;
+                  ASSERT_EQ(describe(r.tl, r.splits), describe(first.tl, first.splits)) << t;
+                }
+              }
+            }
+          }
+  // The flag off keeps the batch-dependent choices (CONFIG1: 32-head split tiles at b=2).
+  run_planner p = make_planner(64, 10, kFp8, true);
+  EXPECT_EQ(pick(p, 4), "sm90-mma h32 x10");
+  p.batch_invariant = true;
+  EXPECT_EQ(pick(p, 4), "wgmma h64 x1");
+  EXPECT_EQ(pick(p, 512), "wgmma h64 x1");
+}
+
+// Persistent small-head CTAs (choose_run): 16-head tiles of staged FP8 rows, one split, from three
+// waves of uniform items (8 heads at b=128, 1.9 waves on 132 SMs, stay one CTA per item; b=256
+// runs persistent); persistent=N's forced CTAs take any lengths once the items outnumber them.
 TEST(CudaPlanner, SmallHeadPersistentCtas) {
-  static const int32_t entries[1] = {0};
-  static const int32_t lengths[1] = {1};
-  attention_params a{};
-  a.seq_q = 2;
-  a.num_heads = 8;
-  a.head_tiles = 1;
-  a.head_groups = 1;
-  a.num_splits = 1;
-  a.small_staged = 1;
-  a.small_heads8 = 1;
-  a.resident_ctas[0] = 132;
-  a.cache[0].layout = a.cache[1].layout = kFp8;
-  for (dsv4_mod_index_list& l : a.list) {
-    l.indices = entries;
-    l.format = DSV4_INDEX_DENSE;
-  }
-  auto persistent = [&](int tokens) {
-    a.num_tokens = tokens;
-    return attention_sm90_small_persistent(a);
+  run_planner p = make_planner(8, 10, kFp8, true);
+  p.sm90.config.staged = true;
+  p.sm90.resident[0] = 132;
+  run_facts f;
+  f.sm90_ok = true;
+  auto persistent = [&](int64_t tokens) {
+    f.tokens = tokens;
+    p.max_splits = 1;  // one split, as every run this large takes
+    const run_choice r = choose_run(p, f);
+    EXPECT_TRUE(r.tl.sm90_small);
+    EXPECT_EQ(r.ctas, r.persistent ? p.sm90.resident[0] : tokens);
+    return r.persistent;
   };
   EXPECT_FALSE(persistent(256));  // b=128
   EXPECT_FALSE(persistent(3 * 132 - 1));
   EXPECT_TRUE(persistent(3 * 132));
   EXPECT_TRUE(persistent(512));  // b=256
-  // Not: 32-head tiles, split runs, rows not staged (bf16, or DSV4_CUDA_SMALL_STAGE=0), no resident
-  // count.
-  a.head_tiles = 2;
+  // Not: split runs, rows not staged (bf16, or small_stage=0), no resident count.
+  p.min_splits = 2;
+  p.max_splits = 2;
+  f.tokens = 256;  // 512 items over two splits
+  const run_choice split = choose_run(p, f);
+  EXPECT_EQ(split.splits.splits, 2);
+  EXPECT_FALSE(split.persistent);
+  p.min_splits = 0;
+  p.sm90.config.staged = false;
   EXPECT_FALSE(persistent(512));
-  a.head_tiles = 1;
-  a.num_splits = 2;
-  EXPECT_FALSE(persistent(512));
-  a.num_splits = 1;
-  a.cache[0].layout = a.cache[1].layout = kBf16;
-  EXPECT_FALSE(persistent(512));
-  a.cache[0].layout = a.cache[1].layout = kFp8;
-  a.small_staged = 0;
-  EXPECT_FALSE(persistent(512));
-  a.small_staged = 1;
-  a.resident_ctas[0] = 0;  // DSV4_CUDA_PERSISTENT=0
+  p.sm90.config.staged = true;
+  p.sm90.resident[0] = 0;  // persistent=0
   EXPECT_FALSE(persistent(512));
   // Per-row lengths: uneven items keep the hardware's balancing, unless forced.
-  a.resident_ctas[0] = 132;
-  a.list[1].lengths = lengths;
+  p.sm90.resident[0] = 132;
+  f.uniform = false;
   EXPECT_FALSE(persistent(512));
-  a.resident_ctas[0] = 3;
-  a.persistent_forced = 1;
+  p.sm90.resident[0] = 3;
+  p.sm90.persistent_forced = true;
   EXPECT_FALSE(persistent(3));
   EXPECT_TRUE(persistent(4));
+  // 32-head tiles have no persistent form.
+  run_planner q = make_planner(32, 10, kFp8, true);
+  q.sm90.config.staged = true;
+  q.sm90.resident[0] = 132;
+  f.tokens = 4096;
+  f.uniform = true;
+  EXPECT_FALSE(choose_run(q, f).persistent);
+  // bf16 rows are never staged.
+  run_planner b = make_planner(8, 10, kBf16, true);
+  b.sm90.resident[0] = 132;
+  EXPECT_FALSE(choose_run(b, f).persistent);
+}
+
+// The wgmma kernel's launch (choose_run): CTA pairs for 65..128 heads of FP8 rows unless a split
+// run fits one wave; persistent CTAs from four waves of uniform items with a tensor-map Q.
+TEST(CudaPlanner, WgmmaPairsAndPersistentCtas) {
+  run_planner p = make_planner(128, 18, kFp8, true);
+  p.sm90.resident[0] = 132;
+  p.sm90.resident[1] = 132;
+  run_facts f;
+  f.sm90_ok = true;
+  f.q_map = true;
+  f.tokens = 256;
+  run_choice r = choose_run(p, f);
+  EXPECT_TRUE(r.tl.sm90);
+  EXPECT_EQ(r.cluster, 2);
+  EXPECT_FALSE(r.persistent);
+  EXPECT_EQ(r.ctas, 512);
+  f.tokens = 4 * 66;  // four waves of pairs
+  r = choose_run(p, f);
+  EXPECT_TRUE(r.persistent);
+  EXPECT_EQ(r.ctas, 132);
+  f.q_map = false;  // fp8 or unaligned Q: no tensor map, no persistent CTAs
+  EXPECT_FALSE(choose_run(p, f).persistent);
+  f.q_map = true;
+  f.uniform = false;  // uneven items keep one CTA each, longest first
+  r = choose_run(p, f);
+  EXPECT_FALSE(r.persistent);
+  EXPECT_TRUE(r.order);
+  // A split run of one wave: every CTA converts its own chunks.
+  f.uniform = true;
+  f.tokens = 4;
+  r = choose_run(p, f);
+  if (r.tl.sm90 && r.splits.splits > 1) {
+    EXPECT_EQ(r.cluster, 1);
+  }
+  p.force_sm90_narrow = -1;
+  p.min_splits = 2;
+  r = choose_run(p, f);
+  ASSERT_TRUE(r.tl.sm90);
+  ASSERT_GT(r.splits.splits, 1);
+  EXPECT_EQ(r.cluster, 1);
+  // bf16 rows are copied, not converted: no pairs.
+  run_planner b = make_planner(128, 18, kBf16, true);
+  b.sm90.resident[0] = b.sm90.resident[1] = 132;
+  f.tokens = 256;
+  r = choose_run(b, f);
+  EXPECT_TRUE(r.tl.sm90);
+  EXPECT_EQ(r.cluster, 1);
+  // fp16 rows likewise.
+  run_planner h = make_planner(128, 18, DSV4_KV_LAYOUT_FP16, true);
+  h.sm90.resident[0] = h.sm90.resident[1] = 132;
+  EXPECT_FALSE(h.sm90.pairs_ok);
+  EXPECT_EQ(choose_run(h, f).cluster, 1);
+  // 64 heads: one head group, no pairs.
+  run_planner h64 = make_planner(64, 10, kFp8, true);
+  h64.sm90.resident[0] = h64.sm90.resident[1] = 132;
+  EXPECT_EQ(choose_run(h64, f).cluster, 1);
+}
+
+// DSV4_CUDA_FORCE: every key and value the hook takes, and a clear refusal of anything else.
+TEST(CudaPlanner, ForceKnobs) {
+  force_knobs k;
+  char error[256];
+  ASSERT_TRUE(parse_force(nullptr, &k, error, sizeof error));
+  EXPECT_EQ(k.kernel, 0);
+  ASSERT_TRUE(parse_force("", &k, error, sizeof error));
+  ASSERT_TRUE(
+      parse_force("chunk=32,kernel=small32,max_splits=3,min_splits=2,order=0,"
+                  "small_stage=0,small_h8=0,persistent=7",
+                  &k, error, sizeof error))
+      << error;
+  EXPECT_EQ(k.chunk, 32);
+  EXPECT_EQ(k.kernel, kForceSmall32);
+  EXPECT_EQ(k.max_splits, 3);
+  EXPECT_EQ(k.min_splits, 2);
+  EXPECT_EQ(k.order, 0);
+  EXPECT_FALSE(k.small_stage);
+  EXPECT_FALSE(k.small_h8);
+  EXPECT_EQ(k.persistent, 7);
+  ASSERT_TRUE(parse_force("kernel=mma", &k, error, sizeof error));
+  EXPECT_EQ(k.kernel, kForceMma);
+  EXPECT_EQ(k.persistent, -1);  // each parse starts from the defaults
+  ASSERT_TRUE(parse_force("kernel=wgmma,order=1,chunk=64", &k, error, sizeof error));
+  EXPECT_EQ(k.kernel, kForceWgmma);
+  EXPECT_EQ(k.order, 1);
+  for (const char* bad : {"chunk=48", "kernel=fast", "max_splits=-1", "max_splits=x", "order=2",
+                          "small_stage=yes", "persistent=", "kernel", "splits=2",
+                          "chunk=32,bogus=1", "max_splits=99999999999999999999"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_FALSE(parse_force(bad, &k, error, sizeof error));
+    EXPECT_NE(std::string(error).find("DSV4_CUDA_FORCE"), std::string::npos) << error;
+  }
+  EXPECT_FALSE(parse_force("bogus=1", &k, error, sizeof error));
+  EXPECT_NE(std::string(error).find("bogus"), std::string::npos) << error;
+  EXPECT_FALSE(parse_force("order=2", &k, error, sizeof error));
+  EXPECT_NE(std::string(error).find("order=2"), std::string::npos) << error;
+}
+
+// A fake of the kernel table's shared-memory hook: the H200's figures in round numbers.
+size_t fake_smem(const kernel_config& c) {
+  if (c.family == kWgmmaFamily) return 200 * 1024;
+  if (c.family == kSmallFamily)
+    return c.staged ? 226 * 1024 : (c.head_tiles == 2 ? 168 : 152) * 1024;
+  return static_cast<size_t>(c.head_tiles) * 40 * 1024 + c.stage_bytes +
+         (c.chunk == 32 ? 0 : 20 * 1024);
+}
+
+plan_facts hopper_facts(int heads, uint32_t layout) {
+  plan_facts f;
+  f.cc_major = 9;
+  f.sm_count = 132;
+  f.smem_optin = 227 * 1024;
+  f.num_heads = heads;
+  f.layout[0] = f.layout[1] = layout;
+  f.width[0] = 128;
+  f.width[1] = 512;
+  for (bool& ok : f.family_ok) ok = true;
+  f.smem_bytes = fake_smem;
+  return f;
+}
+
+// The tilings a plan holds (plan_tilings), as size_plan built them before the kernel table.
+TEST(CudaPlanner, PlanTilings) {
+  char error[256];
+  int chunk = 0;
+  int chunks[2] = {0, 0};
+  run_planner p;
+  const force_knobs none;
+  ASSERT_TRUE(plan_tilings(hopper_facts(128, kFp8), none, &p, &chunk, chunks, error, sizeof error));
+  EXPECT_EQ(chunk, 64);
+  EXPECT_EQ(chunks[0], 2);
+  EXPECT_EQ(chunks[1], 8);
+  EXPECT_EQ(p.total_chunks, 10);
+  EXPECT_EQ(p.wide.head_tiles, 4);
+  EXPECT_EQ(p.narrow.head_tiles, 2);
+  EXPECT_TRUE(p.sm90.sm90);
+  EXPECT_TRUE(p.sm90.pairs_ok);
+  EXPECT_TRUE(p.sm90_narrow[0].sm90_small && p.sm90_narrow[0].config.staged);
+  EXPECT_EQ(p.sm90_narrow[1].head_tiles, 2);
+  EXPECT_TRUE(p.sm90_narrow[1].config.staged);  // 584 B rows: the 32-head stage holds FP8 bytes
+  // 1..32 heads: the small-head kernel is the plan's own; 1..8 heads take the 8-head consumer.
+  ASSERT_TRUE(plan_tilings(hopper_facts(8, kFp8), none, &p, &chunk, chunks, error, sizeof error));
+  EXPECT_TRUE(p.sm90.sm90_small && p.sm90.small_heads8 && p.sm90.config.staged);
+  force_knobs k;
+  k.small_h8 = false;
+  k.small_stage = false;
+  ASSERT_TRUE(plan_tilings(hopper_facts(8, kFp8), k, &p, &chunk, chunks, error, sizeof error));
+  EXPECT_TRUE(p.sm90.sm90_small && !p.sm90.small_heads8 && !p.sm90.config.staged);
+  // fp16 rows are copied like bf16 rows: never staged, no pairs.
+  ASSERT_TRUE(plan_tilings(hopper_facts(8, DSV4_KV_LAYOUT_FP16), none, &p, &chunk, chunks, error,
+                           sizeof error));
+  EXPECT_TRUE(p.sm90.sm90_small && !p.sm90.config.staged);
+  ASSERT_TRUE(plan_tilings(hopper_facts(128, DSV4_KV_LAYOUT_FP16), none, &p, &chunk, chunks, error,
+                           sizeof error));
+  EXPECT_TRUE(p.sm90.sm90 && !p.sm90.pairs_ok);
+  EXPECT_FALSE(p.sm90_narrow[0].config.staged);
+  EXPECT_TRUE(p.sm90_narrow[1].forced_only);
+  // kernel=mma and chunk=32: no Hopper tiling.
+  k = force_knobs{};
+  k.kernel = kForceMma;
+  ASSERT_TRUE(plan_tilings(hopper_facts(64, kFp8), k, &p, &chunk, chunks, error, sizeof error));
+  EXPECT_EQ(p.sm90.head_tiles, 0);
+  k.kernel = 0;
+  k.chunk = 32;
+  ASSERT_TRUE(plan_tilings(hopper_facts(64, kFp8), k, &p, &chunk, chunks, error, sizeof error));
+  EXPECT_EQ(chunk, 32);
+  EXPECT_EQ(p.wide.head_tiles, 1);
+  EXPECT_EQ(p.sm90.head_tiles, 0);
+  // A device without the Hopper families (sm_80..89), and one whose shared memory holds only
+  // 16-head tiles of 32 keys, and one that holds none.
+  plan_facts ampere = hopper_facts(64, kFp8);
+  ampere.cc_major = 8;
+  ampere.family_ok[kWgmmaFamily] = ampere.family_ok[kSmallFamily] = false;
+  ASSERT_TRUE(plan_tilings(ampere, none, &p, &chunk, chunks, error, sizeof error));
+  EXPECT_EQ(p.sm90.head_tiles, 0);
+  EXPECT_EQ(p.wide.head_tiles, 4);
+  ampere.smem_optin = 90 * 1024;
+  ASSERT_TRUE(plan_tilings(ampere, none, &p, &chunk, chunks, error, sizeof error));
+  EXPECT_EQ(chunk, 32);
+  ampere.smem_optin = 20 * 1024;
+  EXPECT_FALSE(plan_tilings(ampere, none, &p, &chunk, chunks, error, sizeof error));
+  EXPECT_NE(std::string(error).find("shared memory"), std::string::npos) << error;
+  // persistent=N caps the Hopper tilings' resident CTAs and forces them on any lengths.
+  ASSERT_TRUE(plan_tilings(hopper_facts(128, kFp8), none, &p, &chunk, chunks, error, sizeof error));
+  p.sm90.resident[0] = p.sm90.resident[1] = 132;
+  p.sm90_narrow[0].resident[0] = 132;
+  k = force_knobs{};
+  k.persistent = 5;
+  apply_persistent_knob(k, &p);
+  EXPECT_EQ(p.sm90.resident[0], 5);
+  EXPECT_EQ(p.sm90.resident[1], 5);
+  EXPECT_TRUE(p.sm90.persistent_forced);
+  EXPECT_EQ(p.sm90_narrow[0].resident[0], 5);
+  EXPECT_FALSE(p.wide.persistent_forced);
 }
 
 }  // namespace

@@ -1,0 +1,114 @@
+// The AMX-BF16 fast kernel (Intel Sapphire Rapids and later): the same bf16 tiles as the
+// AVX512_BF16 kernel (bf16_tile.h), Q K^T and P V as TDPBF16PS on 16-row tiles. Compiled with
+// -mamx-tile -mamx-bf16; the front runs it only where CPUID reports AMX-BF16, the OS enables the
+// tile state (XCR0) and Linux grants it to the process (arch_prctl). The project's machines have no
+// AMX: there the test-only emulated module (DSV4_CPU_EMULATE_ISA, amx_emulation.h) runs this code.
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "fast/bf16_tile.h"
+
+#if DSV4_CPU_EMULATE_ISA
+#include "fast/amx_emulation.h"
+#endif
+
+namespace dsv4 {
+namespace cpu {
+namespace {
+
+// Tiles 0-5: 16 rows x 64 bytes (C: 16 fp32; A and B: 32 bf16).
+struct alignas(64) tile_config {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16};
+};
+
+struct isa_amx_bf16 : fast::bf16_operands {
+  static constexpr int kRowPad = 16;
+  static constexpr int kKeyPad = 32;
+
+  static void build_tile(const dsv4_mod_run& run, int d_qk, const int32_t* slots,
+                         const uint8_t* list, int nk, int npad, uint8_t* tile) {
+    fast::build_bf16_tile(run, d_qk, slots, list, nk, npad, tile);
+  }
+
+  // C[16 rows][16 keys] = Q[16 rows][d] . K^T block: A = q rows (32 dims), B = 16 dim pairs.
+  static void qk(const uint16_t* q, int rows, int d, const uint8_t* tile, int npad, float* logits) {
+    const fast::bf16_tile t = fast::bf16_tile_of(const_cast<uint8_t*>(tile), d);
+    const tile_config cfg;
+    _tile_loadconfig(&cfg);
+    const int pairs = d / 2;
+    for (int r = 0; r < rows; r += 16) {
+      const uint16_t* qr = q + static_cast<size_t>(r) * d;
+      for (int blk = 0; blk < npad / 16; ++blk) {
+        const uint32_t* kt = t.kt + static_cast<size_t>(blk) * pairs * 16;
+        _tile_zero(0);
+        for (int dp = 0; dp < pairs; dp += 16) {
+          _tile_loadd(1, qr + 2 * dp, d * 2);
+          _tile_loadd(2, kt + dp * 16, 64);
+          _tile_dpbf16ps(0, 1, 2);
+        }
+        _tile_stored(0, logits + static_cast<size_t>(r) * kChunkKeys + blk * 16, kChunkKeys * 4);
+      }
+    }
+    _tile_release();
+  }
+
+  // acc[16 rows][64 dims] += P[16 rows][32 keys] . V pairs, four C tiles per pass.
+  static void pv(const uint16_t* p, int rows, int d, const uint8_t* tile, int npad, float* acc) {
+    const fast::bf16_tile t = fast::bf16_tile_of(const_cast<uint8_t*>(tile), d);
+    const tile_config cfg;
+    _tile_loadconfig(&cfg);
+    constexpr long kAccStride = kHeadDim * 4;
+    for (int r = 0; r < rows; r += 16) {
+      const uint16_t* pr = p + static_cast<size_t>(r) * kChunkKeys;
+      float* o = acc + static_cast<size_t>(r) * kHeadDim;
+      for (int x = 0; x < kHeadDim; x += 64) {
+        _tile_loadd(0, o + x, kAccStride);
+        _tile_loadd(1, o + x + 16, kAccStride);
+        _tile_loadd(2, o + x + 32, kAccStride);
+        _tile_loadd(3, o + x + 48, kAccStride);
+        for (int k = 0; k < npad; k += 32) {
+          const uint32_t* vn = t.vn + static_cast<size_t>(k / 2) * kHeadDim + x;
+          _tile_loadd(4, pr + k, kChunkKeys * 2);
+          _tile_loadd(5, vn, kAccStride);
+          _tile_dpbf16ps(0, 4, 5);
+          _tile_loadd(5, vn + 16, kAccStride);
+          _tile_dpbf16ps(1, 4, 5);
+          _tile_loadd(5, vn + 32, kAccStride);
+          _tile_dpbf16ps(2, 4, 5);
+          _tile_loadd(5, vn + 48, kAccStride);
+          _tile_dpbf16ps(3, 4, 5);
+        }
+        _tile_stored(0, o + x, kAccStride);
+        _tile_stored(1, o + x + 16, kAccStride);
+        _tile_stored(2, o + x + 32, kAccStride);
+        _tile_stored(3, o + x + 48, kAccStride);
+      }
+    }
+    _tile_release();
+  }
+};
+
+}  // namespace
+
+void fast_item_amx_bf16(const fast_job& job, int64_t item, int worker) {
+  fast::run_item<isa_amx_bf16>(job, item, worker);
+}
+
+bool fast_amx_request_permission() {
+#if DSV4_CPU_EMULATE_ISA
+  return true;
+#elif defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM
+  constexpr long kXfeatureXtiledata = 18;     // XFEATURE_XTILEDATA
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace cpu
+}  // namespace dsv4
