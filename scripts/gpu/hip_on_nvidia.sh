@@ -4,7 +4,8 @@
 # Builds the HIP-on-NVIDIA test module (DSV4_HIP_ON_NVIDIA, nvcc, sm_90a unless
 # DSV4_HIP_NVIDIA_ARCH says otherwise) with the test suites and the benchmark, then runs through it
 # (DSV4_TEST_DEVICE=cuda DSV4_BACKEND=hip DSV4_BACKEND_PATH=<its directory>):
-#   1. the conformance, paged, merge and KV-writer suites and the graph-replay test (GoogleTest),
+#   1. the conformance, paged, merge, KV-writer and batch-invariance suites and the graph-replay
+#      test (GoogleTest),
 #   2. compute-sanitizer memcheck and racecheck on a subset (split and unsplit runs, every layout
 #      family, the merge, graph replay),
 #   3. the benchmark (bench/hip: CONFIG1-4 and 8/16/32 heads, with the GPU's FP32 FMA rate and copy
@@ -46,7 +47,7 @@ TARGETS=(dsv4-backend-hip-nvidia)
 if [ $rc -eq 0 ]; then
   known=$(cmake --build "$B" --target help 2>/dev/null)
   for t in dsv4_conformance_test dsv4_paged_test dsv4_merge_test dsv4_kv_writer_test \
-           dsv4_graph_test dsv4_bench_hip_nvidia; do
+           dsv4_graph_test dsv4_batch_invariance_test dsv4_bench_hip_nvidia; do
     if echo "$known" | grep -q "^$t:"; then TARGETS+=("$t"); else log "not built (missing GoogleTest or Google Benchmark): $t"; fi
   done
   cmake --build "$B" -j "$JOBS" --target "${TARGETS[@]}" >"$OUT/build.log" 2>&1
@@ -78,7 +79,7 @@ for i in $(seq 0 $((SHARDS - 1))); do
     --gtest_output=json:"$OUT/conformance.$i.json" >"$OUT/conformance.$i.log" 2>&1 &
   pids+=($!)
 done
-for suite in paged merge kv_writer graph; do
+for suite in paged merge kv_writer graph batch_invariance; do
   timeout 900 "$BIN/dsv4_${suite}_test" --gtest_output=json:"$OUT/$suite.json" \
     >"$OUT/$suite.log" 2>&1 &
   pids+=($!)
@@ -109,7 +110,7 @@ step_rc "suites" $rc
 # ---- 2. compute-sanitizer ---------------------------------------------------------------------
 t0=$SECONDS
 command -v compute-sanitizer >/dev/null || log "compute-sanitizer not found (PATH has /usr/local/cuda/bin)"
-SAN_CONFORMANCE=${SAN_CONFORMANCE:-"*decode_fp8v4_bs2_extra_4d*:*decode_bf16_b74_h3*:*decode_fp8v32_nolen_h128*:*decode_fp16_csr*:*prefill_fp8pt_q_e4m3_extra*:*fnuz_extra*:Determinism.Batch*"}
+SAN_CONFORMANCE=${SAN_CONFORMANCE:-"*decode_fp8v4_bs2_extra_4d*:*decode_bf16_b74_h3*:*decode_fp8v32_nolen_h128*:*decode_fp16_csr*:*prefill_fp8pt_q_e4m3_extra*:*fnuz_extra*:Determinism.*"}
 for tool in memcheck racecheck; do
   rc=0
   compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/dsv4_conformance_test" \

@@ -72,8 +72,6 @@ struct CaseSpec {
   bool all_invalid = false;    // some tokens' lists hold only invalid values
   bool inject_invalid = true;  // invalid values at random positions inside the lengths
   int block_pad_bytes = 0;     // padded block stride
-  uint32_t plan_flags = 0;     // DSV4_PLAN_FLAG_*
-  int run_batch = 0;           // > 0: run only the first run_batch batch rows (a prefix of all)
   ScopeSpec main;
   bool extra = false;
   ScopeSpec extra_scope;
@@ -465,23 +463,19 @@ OutGeometry out_geometry(const CaseSpec& c) {
 // Runs the case once on a fresh context with `threads` CPU threads (0 = default).
 ::testing::AssertionResult run_once(TestDevice* dev, Problem* p, dsv4_ctx* ctx, Outputs* o) {
   const CaseSpec& c = p->spec;
-  // The run's tensors view the first B batch rows of every input (c.run_batch: a prefix run); the
-  // plan and the allocations are the whole case's.
-  const int64_t H = c.heads, d = c.d_qk(), S = c.seq_q;
-  const int64_t B = c.run_batch > 0 ? c.run_batch : c.batch, T = B * S;
+  const int64_t T = c.tokens(), H = c.heads, d = c.d_qk(), B = c.batch, S = c.seq_q;
   const dsv4_device device = dev->device();
 
   dsv4_plan_options po;
   dsv4_plan_options_init(&po);
   po.mode = DSV4_MODE_EXPLICIT;
-  po.flags = c.plan_flags;
   po.num_heads = static_cast<int32_t>(H);
   po.head_dim_qk = static_cast<int32_t>(d);
   po.head_dim_v = 512;
   po.softmax_scale = static_cast<float>(p->scale);
   po.q_dtype = c.q_fp8 ? kE4m3 : kBf16;
   po.q_scale = p->q_scale;
-  po.max_tokens = static_cast<int32_t>(c.tokens());
+  po.max_tokens = static_cast<int32_t>(T);
   po.swa_cache = cache_desc(c, p->main);
   po.index_format = c.csr ? DSV4_INDEX_CSR : DSV4_INDEX_DENSE;
   po.topk = c.main.topk;
@@ -1208,49 +1202,6 @@ TEST(Determinism, RepeatedRunsAreBitIdentical) {
   ASSERT_TRUE(run_once(g_device, &p, ctx.get(), &b));
   expect_same_bits(a, b, "between two identical runs");
   check_against_reference(p, a);
-}
-
-// DSV4_PLAN_FLAG_BATCH_INVARIANT: a row's out, lse and max_logits bits do not depend on the rest of
-// the run. Runs of the first 1, 3 and all 48 tokens of one case (so a backend that splits a few
-// tokens' keys over its device but not many tokens' would differ) must agree row for row. Backends
-// that refuse the flag (UNSUPPORTED) skip.
-TEST(Determinism, BatchInvariantPlansGiveEachRowItsOwnBits) {
-  CaseSpec c;
-  c.name = "batch_invariant";
-  c.heads = 16;
-  c.batch = 48;
-  c.seq_q = 1;
-  c.main = scope(900, 256, 64);
-  c.extra = true;
-  c.extra_scope = scope(600, 512, 2);
-  c.sink = Sink::kMixed;
-  c.plan_flags = DSV4_PLAN_FLAG_BATCH_INVARIANT;
-  SCOPED_TRACE(describe(c, nullptr));
-  if (g_device == nullptr) GTEST_SKIP() << "test device unavailable: " << g_device_why;
-  std::string err;
-  CtxPtr ctx = make_test_ctx(g_device, 0, &err);
-  ASSERT_TRUE(ctx) << err;
-  Problem p;
-  ASSERT_TRUE(make_problem(g_device, ctx.get(), c, &p));
-  Outputs all;
-  ASSERT_TRUE(run_once(g_device, &p, ctx.get(), &all));
-  if (!all.unsupported.empty()) GTEST_SKIP() << "the backend refuses the flag: " << all.unsupported;
-  check_against_reference(p, all);
-  const OutGeometry g = out_geometry(c);
-  for (int rows : {1, 3}) {
-    p.spec.run_batch = rows;
-    Outputs part;
-    ASSERT_TRUE(run_once(g_device, &p, ctx.get(), &part));
-    const size_t out_elems = static_cast<size_t>(rows * g.out_stride_t);
-    const size_t stat_elems = static_cast<size_t>(rows * c.heads);
-    EXPECT_TRUE(
-        std::equal(part.out_raw.begin(), part.out_raw.begin() + out_elems, all.out_raw.begin()))
-        << "out of the first " << rows << " row(s) differs from the whole batch's";
-    EXPECT_EQ(std::memcmp(part.lse_raw.data(), all.lse_raw.data(), stat_elems * 4), 0)
-        << "lse of the first " << rows << " row(s) differs";
-    EXPECT_EQ(std::memcmp(part.max_raw.data(), all.max_raw.data(), stat_elems * 4), 0)
-        << "max_logits of the first " << rows << " row(s) differs";
-  }
 }
 
 TEST(Determinism, CpuThreadCountDoesNotChangeBits) {
