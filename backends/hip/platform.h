@@ -66,7 +66,6 @@ typedef cudaError_t hipError_t;
 typedef cudaStream_t hipStream_t;
 #define hipSuccess cudaSuccess
 #define hipErrorInvalidValue cudaErrorInvalidValue
-#define hipErrorNoDevice cudaErrorNoDevice
 #define hipGetErrorName cudaGetErrorName
 #define hipGetErrorString cudaGetErrorString
 #define hipGetDeviceCount cudaGetDeviceCount
