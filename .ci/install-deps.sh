@@ -10,7 +10,8 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
       python3 abigail-tools libdlpack-dev cmake-format clang-format rustc cargo golang-go
       python3-numpy python3-torch python3-pytest python3-venv python3-pip python3-setuptools
-      nlohmann-json3-dev libsimde-dev hipcc libamdhip64-dev)
+      nlohmann-json3-dev libsimde-dev hipcc libamdhip64-dev pocl-opencl-icd ocl-icd-opencl-dev
+      opencl-c-headers clinfo libze1 libze-dev clang-14 llvm-spirv-14 spirv-tools)
 if [ "${1:-}" = bench ]; then
   pkgs+=(python3-matplotlib libopenblas0-pthread)
 fi

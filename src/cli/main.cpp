@@ -41,6 +41,8 @@ const char* device_type_name(int32_t device_type) {
       return "cpu";
     case DSV4_DEVICE_CUDA:
       return "cuda";
+    case DSV4_DEVICE_OPENCL:
+      return "opencl";
     case DSV4_DEVICE_ROCM:
       return "rocm";
     case DSV4_DEVICE_ONEAPI:

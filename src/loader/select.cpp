@@ -45,6 +45,8 @@ const char* device_type_name(int32_t type) {
       return "CUDA";
     case DSV4_DEVICE_CUDA_HOST:
       return "CUDA host";
+    case DSV4_DEVICE_OPENCL:
+      return "OpenCL";
     case DSV4_DEVICE_ROCM:
       return "ROCm";
     case DSV4_DEVICE_CUDA_MANAGED:

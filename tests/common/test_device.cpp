@@ -56,7 +56,27 @@ std::unique_ptr<TestDevice> make_test_device(std::string* why) {
     return nullptr;
 #endif
   }
-  if (why != nullptr) *why = "unknown DSV4_TEST_DEVICE '" + name + "' (expected cpu, cuda or hip)";
+  if (name == "opencl") {
+#ifdef DSV4_TEST_HAVE_OPENCL
+    return make_opencl_test_device(why);
+#else
+    if (why != nullptr)
+      *why = "DSV4_TEST_DEVICE=opencl but the tests were built without OpenCL support";
+    return nullptr;
+#endif
+  }
+  if (name == "level-zero") {
+#ifdef DSV4_TEST_HAVE_LEVEL_ZERO
+    return make_level_zero_test_device(why);
+#else
+    if (why != nullptr)
+      *why = "DSV4_TEST_DEVICE=level-zero but the tests were built without Level Zero support";
+    return nullptr;
+#endif
+  }
+  if (why != nullptr)
+    *why =
+        "unknown DSV4_TEST_DEVICE '" + name + "' (expected cpu, cuda, hip, opencl or level-zero)";
   return nullptr;
 }
 

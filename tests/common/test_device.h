@@ -1,6 +1,7 @@
 // Where a test's tensors live. Conformance tests are written once against this interface and run
-// on any backend: DSV4_TEST_DEVICE=cpu (default), cuda (needs the CUDA toolkit and a GPU) or hip
-// (needs the HIP build and an AMD GPU).
+// on any backend: DSV4_TEST_DEVICE=cpu (default), cuda (needs the CUDA build and a GPU), hip (needs
+// the HIP build and an AMD GPU), opencl (the OpenCL module on an OpenCL 2.0+ device with SVM: PoCL
+// on a CPU in CI) or level-zero (an Intel GPU through Level Zero).
 #pragma once
 
 #include <cstddef>
@@ -15,7 +16,7 @@ class TestDevice {
  public:
   virtual ~TestDevice() = default;
   virtual dsv4_device device() const = 0;   // what tensors say
-  virtual const char* backend() const = 0;  // module to request ("cpu", "cuda")
+  virtual const char* backend() const = 0;  // module to request ("cpu", "cuda", ...)
   virtual void* alloc(size_t bytes) = 0;    // never nullptr for bytes > 0 (throws)
   virtual void free(void* p) = 0;
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
@@ -44,5 +45,13 @@ std::unique_ptr<TestDevice> make_cuda_test_device(std::string* why, int device =
 // ROCm tensors (DSV4_DEVICE_ROCM) for the "hip" module. Returns nullptr with `why` set when there
 // is no HIP runtime or no AMD GPU.
 std::unique_ptr<TestDevice> make_hip_test_device(std::string* why);
+
+// The OpenCL test device (tests/common/test_device_opencl.cpp, built only with
+// DSV4_TEST_HAVE_OPENCL): SVM allocations and an in-order queue on one OpenCL device.
+std::unique_ptr<TestDevice> make_opencl_test_device(std::string* why);
+
+// The Level Zero test device (tests/common/test_device_level_zero.cpp, built only with
+// DSV4_TEST_HAVE_LEVEL_ZERO): USM device memory and one command list on one GPU.
+std::unique_ptr<TestDevice> make_level_zero_test_device(std::string* why);
 
 }  // namespace dsv4test

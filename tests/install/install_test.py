@@ -192,10 +192,14 @@ def main():
     info = json.loads(p.stdout) if p.returncode == 0 else {}
     paths = module_paths(info)
     names = sorted(m["name"] for m in info.get("modules", []))
-    # The library-only build also builds the HIP module wherever hipcc is installed.
-    expected = sorted(["cpu", "example"] + (["hip"] if shutil.which("hipcc") else []))
-    checks.record(f"the moved install lists its own modules ({', '.join(expected)}) and only those",
-                  names == expected and all(x.startswith(f"{moved}/") for x in paths),
+    # cpu and example, plus the GPU modules the build found toolchains for: HIP wherever hipcc is
+    # installed, OpenCL and Level Zero where their modules were built.
+    backends = moved / "lib" / "dsv4" / "backends"
+    own = ["cpu", "example"] + (["hip"] if shutil.which("hipcc") else [])
+    own += [n for n in ("level-zero", "opencl") if (backends / f"libdsv4-{n}.so").exists()]
+    checks.record("the moved install lists its own modules (cpu, example, any GPU module built) "
+                  "and only those",
+                  names == sorted(own) and all(x.startswith(f"{moved}/") for x in paths),
                   f"{names} {paths}")
 
     # The consumers built before the move, against the moved library; the loader's debug lines
