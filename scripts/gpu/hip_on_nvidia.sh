@@ -12,22 +12,41 @@
 #      bandwidth measured in the same run).
 # Logs, GoogleTest JSON and the benchmark's JSON land in OUT_DIR; OUT_DIR/summary.txt says what
 # passed. The exit status is non-zero when a step failed. Needs CUDA 13 (nvcc, compute-sanitizer),
-# CMake >= 3.25, Ninja, GoogleTest and Google Benchmark; no network. About 5 minutes on 16 cores.
+# CMake >= 3.25, Ninja, GoogleTest and Google Benchmark; no network. About 5 minutes on 16 cores;
+# every step after the build has a time limit that keeps the whole within BUDGET seconds (default
+# 450): a step cut short is reported as "timed out" and fails the run.
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 OUT_DIR" >&2; exit 2; }
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD
 mkdir -p "$1"
 OUT=$(cd "$1" && pwd)
 B=${BUILD:-$ROOT/build-hip-nvidia}
 ARCH=${DSV4_HIP_NVIDIA_ARCH:-90a-real}
 JOBS=${JOBS:-$(nproc)}
-export PATH=/usr/local/cuda/bin:$PATH
+export PATH=/usr/local/cuda/bin:$PATH:/usr/local/cuda/compute-sanitizer
 : >"$OUT/summary.txt"
 FAILED=0
+BUDGET=${BUDGET:-450}
+# secs_left RESERVE CAP: the limit of a step that leaves RESERVE seconds of BUDGET to later steps
+# (at most CAP, at least 20).
+secs_left() {
+  local t=$((BUDGET - SECONDS - $1))
+  [ $t -gt "$2" ] && t=$2
+  [ $t -lt 20 ] && t=20
+  echo $t
+}
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 step_rc() {  # step_rc NAME RC
-  if [ "$2" -eq 0 ]; then log "$1: ok"; else log "$1: FAILED (rc $2)"; FAILED=1; fi
+  if [ "$2" -eq 0 ]; then
+    log "$1: ok"
+  elif [ "$2" -eq 124 ]; then
+    log "$1: timed out (incomplete; rerun it alone with a larger BUDGET)"
+    FAILED=1
+  else
+    log "$1: FAILED (rc $2)"
+    FAILED=1
+  fi
 }
 
 log "tree: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (modified)')"
@@ -73,19 +92,25 @@ fi
 if [ -x "$BIN/dsv4_conformance_test" ]; then
 t0=$SECONDS
 SHARDS=${SHARDS:-8}
+limit=$(secs_left 150 240)
 pids=()
 for i in $(seq 0 $((SHARDS - 1))); do
-  GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i timeout 900 "$BIN/dsv4_conformance_test" \
+  GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i timeout "$limit" "$BIN/dsv4_conformance_test" \
     --gtest_output=json:"$OUT/conformance.$i.json" >"$OUT/conformance.$i.log" 2>&1 &
   pids+=($!)
 done
 for suite in paged merge kv_writer graph batch_invariance; do
-  timeout 900 "$BIN/dsv4_${suite}_test" --gtest_output=json:"$OUT/$suite.json" \
+  timeout "$limit" "$BIN/dsv4_${suite}_test" --gtest_output=json:"$OUT/$suite.json" \
     >"$OUT/$suite.log" 2>&1 &
   pids+=($!)
 done
 rc=0
-for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+for pid in "${pids[@]}"; do
+  wait "$pid"
+  r=$?
+  [ $r -eq 124 ] && rc=124
+  [ $r -ne 0 ] && [ $rc -eq 0 ] && rc=1
+done
 # What did not run: value checks are a CPU-backend feature, thread counts a CPU-backend knob; any
 # other skip (a plan this module refused, a device problem) is a failure.
 grep -h "^\[  SKIPPED \]" "$OUT"/*.log | grep -v -E " ms\)|tests?, listed below" | sort -u \
@@ -93,8 +118,8 @@ grep -h "^\[  SKIPPED \]" "$OUT"/*.log | grep -v -E " ms\)|tests?, listed below"
 unexpected=$(grep -v -E "PagedBadInput\.|Determinism\.CpuThreadCountDoesNotChangeBits" \
   "$OUT/skipped.txt" || true)
 if [ -n "$unexpected" ]; then
-  log "unexpected skips:"
-  echo "$unexpected" | tee -a "$OUT/summary.txt"
+  log "unexpected skips ($(echo "$unexpected" | wc -l); all in skipped.txt):"
+  echo "$unexpected" | head -20 | tee -a "$OUT/summary.txt"
   rc=1
 fi
 if grep -l -E "refuses|unsupported|UNSUPPORTED" "$OUT"/conformance.*.log >/dev/null 2>&1; then
@@ -109,17 +134,22 @@ step_rc "suites" $rc
 
 # ---- 2. compute-sanitizer ---------------------------------------------------------------------
 t0=$SECONDS
-command -v compute-sanitizer >/dev/null || log "compute-sanitizer not found (PATH has /usr/local/cuda/bin)"
+command -v compute-sanitizer >/dev/null ||
+  log "compute-sanitizer not found (PATH, /usr/local/cuda/bin, /usr/local/cuda/compute-sanitizer)"
 SAN_CONFORMANCE=${SAN_CONFORMANCE:-"*decode_fp8v4_bs2_extra_4d*:*decode_bf16_b74_h3*:*decode_fp8v32_nolen_h128*:*decode_fp16_csr*:*prefill_fp8pt_q_e4m3_extra*:*fnuz_extra*:Determinism.*"}
 for tool in memcheck racecheck; do
   rc=0
-  compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/dsv4_conformance_test" \
+  timeout "$(secs_left 60 60)" compute-sanitizer --tool $tool --error-exitcode 3 \
+    "$BIN/dsv4_conformance_test" \
     --gtest_filter="$SAN_CONFORMANCE" >"$OUT/sanitize_$tool.conformance.log" 2>&1 || rc=$?
   for suite in merge graph; do
     filter="*"
     [ $suite = merge ] && filter="*h16*:*h3*"
-    compute-sanitizer --tool $tool --error-exitcode 3 "$BIN/dsv4_${suite}_test" \
-      --gtest_filter="$filter" >"$OUT/sanitize_$tool.$suite.log" 2>&1 || rc=$?
+    r=0
+    timeout "$(secs_left 60 60)" compute-sanitizer --tool $tool --error-exitcode 3 \
+      "$BIN/dsv4_${suite}_test" --gtest_filter="$filter" >"$OUT/sanitize_$tool.$suite.log" 2>&1 ||
+      r=$?
+    [ $r -ne 0 ] && [ $rc -ne 124 ] && rc=$r
   done
   grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT"/sanitize_$tool.*.log | sort | uniq -c |
     tee -a "$OUT/summary.txt"
@@ -131,7 +161,7 @@ fi
 # ---- 3. benchmark -----------------------------------------------------------------------------
 if [ -x "$BIN/dsv4_bench_hip_nvidia" ]; then
   t0=$SECONDS
-  timeout 600 "$BIN/dsv4_bench_hip_nvidia" --benchmark_out="$OUT/bench.json" \
+  timeout "$(secs_left 0 300)" "$BIN/dsv4_bench_hip_nvidia" --benchmark_out="$OUT/bench.json" \
     --benchmark_out_format=json --benchmark_counters_tabular=true 2>&1 | tee "$OUT/bench.log"
   step_rc "benchmark ($((SECONDS - t0)) s)" "${PIPESTATUS[0]}"
 else
@@ -139,5 +169,6 @@ else
   FAILED=1
 fi
 
+log "total $SECONDS s"
 cat "$OUT/summary.txt"
 exit $FAILED
