@@ -264,6 +264,8 @@ def cuda_section(context, results):
         header += ["TFLOP/s"]
     if has("gather_us"):
         header += ["gather floor (µs)"]
+    if has("invariant_ratio"):
+        header += ["batch-invariant / ours"]
     rows = []
     for r in results:
         if r.error:
@@ -282,8 +284,29 @@ def cuda_section(context, results):
             cells.append(f"{r.counters['TFLOPs']:.0f}" if "TFLOPs" in r.counters else "")
         if has("gather_us"):
             cells.append(fmt_us(r.counters.get("gather_us")) if "gather_us" in r.counters else "")
+        if has("invariant_ratio"):
+            cells.append(fmt_ratio(r.counters.get("invariant_ratio")))
         rows.append(cells)
     return table(header, rows)
+
+
+def is_host_overhead(results):
+    """Whether a results file is the host-overhead benchmark's (every name cuda/host/...)."""
+    return bool(results) and all(r.parts[:2] == ["cuda", "host"] for r in results)
+
+
+def host_section(context, results):
+    rows = []
+    for r in results:
+        case = " ".join(r.parts[2:]) + "".join(f" {k}={v}" for k, v in r.params.items())
+        if r.error:
+            rows.append([case, f"error: {r.error}", "", ""])
+            continue
+        gpu = r.counters.get("gpu_us_per_call")
+        target = r.counters.get("target_us")
+        rows.append([case, fmt_us(r.us), fmt_us(gpu) if gpu else "",
+                     fmt_us(target) if target else ""])
+    return table(["case", "host µs per call", "GPU µs per call", "target (µs)"], rows)
 
 
 def cuda_series(results):
@@ -485,8 +508,16 @@ FlashMLA's DeepSeek-V4 cases: s_q = 2 tokens per request, FP8 584 B cache, a 128
 on 256-token pages plus a compressed list (CONFIG1: 64 heads, top-k 512; CONFIG2: 128 heads, top-k
 1024; CONFIG3 / CONFIG4: as 1 / 2 with page size 2 and per-request lengths, so their times depend on
 the drawn lengths). "X / ours" is X's time over ours: above 1 we are faster. "ours / 64 heads" is a
-head count's time over the 64-head case of the same run (CONFIG1 shapes). How the module picks its
-kernels and where each case is limited: [cuda-backend.md](cuda-backend.md).
+head count's time over the 64-head case of the same run (CONFIG1 shapes). "batch-invariant / ours"
+is the same case's time under `DSV4_PLAN_FLAG_BATCH_INVARIANT` over the default plan's. How the
+module picks its kernels and where each case is limited: [cuda-backend.md](cuda-backend.md).
+"""
+
+HOST_TEXT = """\
+What one call costs the host (bench/gpu/bench_host_overhead.cpp): `dsv4_run` on a planned CONFIG1
+b=2 step (argument checks, workspace carving, the launches), the same step replayed from a CUDA
+graph, and an empty kernel launch as the driver's floor. The GPU column is the device time per call
+over the same bursts.
 """
 
 REGENERATE = """\
@@ -494,9 +525,9 @@ REGENERATE = """\
 
 - CPU, on the machine to be measured, when it is quiet: `make bench-cpu` (= `bench/cpu/bench_all.sh`:
   writes `bench/results/cpu*.json` and `docs/img/cpu-roofline.png`).
-- GPU: run the GPU benchmark on the GPU machine with `--benchmark_out=bench/results/cuda-h200.json
-  --benchmark_out_format=json`, and add `backend`, `device`, `commit` and `command` to its context
-  block. The names and counters the page expects are listed in the docstring of
+- GPU: `scripts/gpu/run.sh <outdir> build bench` on the GPU machine writes `cuda-h200.json` and
+  `cuda-h200-host.json` (Google Benchmark JSON with `backend`, `device`, `commit` and `command` in
+  its context block) into `<outdir>`; copy them to `bench/results/`. The names and counters the page expects are listed in the docstring of
   `scripts/perf/make_performance.py`.
 - Then `python3 scripts/perf/make_performance.py` (needs python3-matplotlib for the plots) and commit
   the JSON, the page and `docs/img/`. `--check` compares the page with the data without writing.
@@ -510,7 +541,7 @@ def sections(results_dir):
         context, results = load(path)
         out.append((backend_of(context, results), os.path.basename(path), context, results))
     order = {"cpu": 0, "cuda": 1}
-    return sorted(out, key=lambda s: (order.get(s[0], 2), s[1]))
+    return sorted(out, key=lambda s: (order.get(s[0], 2), is_host_overhead(s[3]), s[1]))
 
 
 PLOT_TEXT = {"decode": "decode time per step against FlashMLA and plain PyTorch",
@@ -525,13 +556,18 @@ def render(root):
     summaries = {}
     for backend, file_name, context, results in sections(os.path.join(root, RESULTS)):
         device = context.get("device", "?")
-        if backend == "cuda":
+        if backend == "cuda" and is_host_overhead(results):
+            lines.append(f"## CUDA host overhead per call: {device.split(' (')[0]}\n")
+        elif backend == "cuda":
             lines.append(f"## CUDA backend (`libdsv4-cuda.so`): {device.split(' (')[0]}\n")
         else:
             threads = f", {context['threads']} thread(s)" if context.get("threads") else ""
             lines.append(f"## CPU backend (`libdsv4-cpu.so`): {device.split(',')[0]}{threads}\n")
         lines += source_lines(context) + [f"- Data: `{RESULTS}/{file_name}`", ""]
-        if backend == "cuda":
+        if backend == "cuda" and is_host_overhead(results):
+            lines.append(HOST_TEXT)
+            lines += host_section(context, results) + [""]
+        elif backend == "cuda":
             lines.append(CUDA_TEXT)
             lines += cuda_section(context, results) + [""]
             names = plot_names(file_name, results)

@@ -500,6 +500,111 @@ TEST(CudaPlanner, PlanTilings) {
   EXPECT_FALSE(p.wide.persistent_forced);
 }
 
+// Every case of the GPU benchmark (bench/gpu/bench_cuda.cpp) launches on an H200 as round 49's
+// module launched it: the expected launches were printed by the planner and launchers of 8fc109d
+// (the wgmma launcher then chose pairs and persistence, the small-head launcher persistence),
+// built on the host with the same facts. The kernel table and choose_run changed no launch; in
+// particular the 64/128-head b = 2 runs keep round 49's split 32-head tiles.
+struct bench_launch {
+  const char* name;
+  int heads;
+  int width[2];  // list widths (no extra list: 0)
+  uint32_t layout;
+  int64_t tokens;
+  bool uniform;  // CONFIG3/4 have per-row extra lengths
+  const char* launch;
+};
+
+std::string describe_launch(const run_choice& r) {
+  std::string s = std::string(tiling_kernel(r.tl)) + " h" + std::to_string(tiling_heads(r.tl)) +
+                  " x" + std::to_string(r.splits.splits) + "/" +
+                  std::to_string(r.splits.chunks_per_split);
+  if (r.order) s += ", ordered";
+  if (r.cluster == 2) s += ", pairs";
+  if (r.persistent) s += ", persistent";
+  return s + ", " + std::to_string(r.ctas) + " CTAs";
+}
+
+TEST(CudaPlanner, BenchmarkCasesLaunchAsRound49) {
+  // clang-format off
+  const bench_launch cases[] = {
+      {"CONFIG1/b:2", 64, {128, 512}, kFp8, 4, true, "sm90-mma h32 x10/1, 80 CTAs"},
+      {"CONFIG1/b:64", 64, {128, 512}, kFp8, 128, true, "wgmma h64 x1/10, 128 CTAs"},
+      {"CONFIG1/b:128", 64, {128, 512}, kFp8, 256, true, "wgmma h64 x1/10, 256 CTAs"},
+      {"CONFIG1/b:256", 64, {128, 512}, kFp8, 512, true, "wgmma h64 x1/10, 512 CTAs"},
+      {"CONFIG2/b:2", 128, {128, 1024}, kFp8, 4, true, "sm90-mma h32 x6/3, 96 CTAs"},
+      {"CONFIG2/b:64", 128, {128, 1024}, kFp8, 128, true, "wgmma h64 x1/18, pairs, 256 CTAs"},
+      {"CONFIG2/b:128", 128, {128, 1024}, kFp8, 256, true, "wgmma h64 x1/18, pairs, 512 CTAs"},
+      {"CONFIG2/b:256", 128, {128, 1024}, kFp8, 512, true,
+       "wgmma h64 x1/18, pairs, persistent, 132 CTAs"},
+      {"CONFIG3/b:2", 64, {128, 1024}, kFp8, 4, false, "sm90-mma h32 x9/2, 72 CTAs"},
+      {"CONFIG3/b:64", 64, {128, 1024}, kFp8, 128, false, "wgmma h64 x1/18, 128 CTAs"},
+      {"CONFIG3/b:128", 64, {128, 1024}, kFp8, 256, false, "wgmma h64 x1/18, ordered, 256 CTAs"},
+      {"CONFIG3/b:256", 64, {128, 1024}, kFp8, 512, false, "wgmma h64 x1/18, ordered, 512 CTAs"},
+      {"CONFIG4/b:2", 128, {128, 1024}, kFp8, 4, false, "sm90-mma h32 x6/3, 96 CTAs"},
+      {"CONFIG4/b:64", 128, {128, 1024}, kFp8, 128, false,
+       "wgmma h64 x1/18, ordered, pairs, 256 CTAs"},
+      {"CONFIG4/b:128", 128, {128, 1024}, kFp8, 256, false,
+       "wgmma h64 x1/18, ordered, pairs, 512 CTAs"},
+      {"CONFIG4/b:256", 128, {128, 1024}, kFp8, 512, false,
+       "wgmma h64 x1/18, ordered, pairs, 1024 CTAs"},
+      {"CONFIG1/heads:8/b:2", 8, {128, 512}, kFp8, 4, true, "sm90-mma h8 x10/1, 40 CTAs"},
+      {"CONFIG1/heads:8/b:64", 8, {128, 512}, kFp8, 128, true, "sm90-mma h8 x1/10, 128 CTAs"},
+      {"CONFIG1/heads:8/b:128", 8, {128, 512}, kFp8, 256, true, "sm90-mma h8 x1/10, 256 CTAs"},
+      {"CONFIG1/heads:8/b:256", 8, {128, 512}, kFp8, 512, true,
+       "sm90-mma h8 x1/10, persistent, 132 CTAs"},
+      {"CONFIG1/heads:16/b:2", 16, {128, 512}, kFp8, 4, true, "sm90-mma h16 x10/1, 40 CTAs"},
+      {"CONFIG1/heads:16/b:64", 16, {128, 512}, kFp8, 128, true, "sm90-mma h16 x1/10, 128 CTAs"},
+      {"CONFIG1/heads:16/b:128", 16, {128, 512}, kFp8, 256, true, "sm90-mma h16 x1/10, 256 CTAs"},
+      {"CONFIG1/heads:16/b:256", 16, {128, 512}, kFp8, 512, true,
+       "sm90-mma h16 x1/10, persistent, 132 CTAs"},
+      {"CONFIG1/heads:32/b:2", 32, {128, 512}, kFp8, 4, true, "sm90-mma h32 x10/1, 40 CTAs"},
+      {"CONFIG1/heads:32/b:64", 32, {128, 512}, kFp8, 128, true, "sm90-mma h32 x1/10, 128 CTAs"},
+      {"CONFIG1/heads:32/b:128", 32, {128, 512}, kFp8, 256, true, "sm90-mma h32 x1/10, 256 CTAs"},
+      {"CONFIG1/heads:32/b:256", 32, {128, 512}, kFp8, 512, true, "sm90-mma h32 x1/10, 512 CTAs"},
+      {"CONFIG1/cache:bf16/b:2", 64, {128, 512}, kBf16, 4, true, "sm90-mma h16 x5/2, 80 CTAs"},
+      {"CONFIG1/cache:bf16/b:64", 64, {128, 512}, kBf16, 128, true, "wgmma h64 x1/10, 128 CTAs"},
+      {"CONFIG1/cache:bf16/b:128", 64, {128, 512}, kBf16, 256, true, "wgmma h64 x1/10, 256 CTAs"},
+      {"CONFIG1/cache:bf16/b:256", 64, {128, 512}, kBf16, 512, true, "wgmma h64 x1/10, 512 CTAs"},
+      {"CONFIG2/cache:bf16/b:2", 128, {128, 1024}, kBf16, 4, true, "wgmma h64 x9/2, 72 CTAs"},
+      {"CONFIG2/cache:bf16/b:64", 128, {128, 1024}, kBf16, 128, true, "wgmma h64 x1/18, 256 CTAs"},
+      {"CONFIG2/cache:bf16/b:128", 128, {128, 1024}, kBf16, 256, true, "wgmma h64 x1/18, 512 CTAs"},
+      {"CONFIG2/cache:bf16/b:256", 128, {128, 1024}, kBf16, 512, true,
+       "wgmma h64 x1/18, persistent, 132 CTAs"},
+      {"prefill/heads:64", 64, {512, 0}, kBf16, 4096, true, "wgmma h64 x1/8, persistent, 132 CTAs"},
+      {"prefill/heads:128", 128, {1024, 0}, kBf16, 4096, true,
+       "wgmma h64 x1/16, persistent, 132 CTAs"},
+  };
+  // clang-format on
+  for (const bench_launch& c : cases) {
+    SCOPED_TRACE(c.name);
+    plan_facts f = hopper_facts(c.heads, c.layout);
+    f.width[0] = c.width[0];
+    f.width[1] = c.width[1];
+    if (c.width[1] == 0) f.layout[1] = DSV4_KV_LAYOUT_NONE;
+    char error[256];
+    int chunk = 0;
+    int chunks[2] = {0, 0};
+    run_planner p;
+    ASSERT_TRUE(plan_tilings(f, force_knobs{}, &p, &chunk, chunks, error, sizeof error)) << error;
+    // What the kernels report on an H200: one CTA per SM for every Hopper configuration; the
+    // persistent forms (wgmma, staged 16-head tiles) hold one wave of 132.
+    for (int i = 0; tiling* t = plan_tiling_slots(p, i); ++i) {
+      t->ctas_per_sm = 1;
+      if (t->sm90) t->resident[0] = t->resident[1] = 132;
+      if (t->sm90_small && t->config.staged &&
+          small_persistent_applies(t->head_tiles, t->config.layout))
+        t->resident[0] = 132;
+    }
+    run_facts rf;
+    rf.tokens = c.tokens;
+    rf.sm90_ok = true;
+    rf.uniform = c.uniform;
+    rf.q_map = true;  // bf16 Q, 16-byte aligned, whole batch rows
+    EXPECT_EQ(describe_launch(choose_run(p, rf)), c.launch);
+  }
+}
+
 }  // namespace
 }  // namespace cuda
 }  // namespace dsv4
