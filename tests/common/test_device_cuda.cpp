@@ -71,16 +71,18 @@ class CudaTestDevice final : public TestDevice {
   }
   bool begin_capture() override {
     select();
+    // The previous capture's graph goes first: destroying it while this thread captures would
+    // invalidate the capture (cudaStreamCaptureModeThreadLocal forbids unsafe calls meanwhile).
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
+    exec_ = nullptr;
+    graph_ = nullptr;
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
           "cudaStreamBeginCapture");
     return true;
   }
   bool end_capture() override {
     select();
-    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
-    if (graph_ != nullptr) cudaGraphDestroy(graph_);
-    exec_ = nullptr;
-    graph_ = nullptr;
     check(cudaStreamEndCapture(stream_, &graph_), "cudaStreamEndCapture");
     check(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
     return true;
