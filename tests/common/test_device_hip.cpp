@@ -136,15 +136,17 @@ class HipTestDevice final : public TestDevice {
   }
   bool begin_capture() override {
     select();
+    // The previous capture's graph goes first: destroying it during a thread-local capture would
+    // invalidate the capture.
+    if (exec_ != nullptr) (void)api_->graph_exec_destroy(exec_);
+    if (graph_ != nullptr) (void)api_->graph_destroy(graph_);
+    exec_ = nullptr;
+    graph_ = nullptr;
     check(api_->begin_capture(stream_, hipStreamCaptureModeThreadLocal), "hipStreamBeginCapture");
     return true;
   }
   bool end_capture() override {
     select();
-    if (exec_ != nullptr) (void)api_->graph_exec_destroy(exec_);
-    if (graph_ != nullptr) (void)api_->graph_destroy(graph_);
-    exec_ = nullptr;
-    graph_ = nullptr;
     check(api_->end_capture(stream_, &graph_), "hipStreamEndCapture");
     check(api_->graph_instantiate(&exec_, graph_, nullptr, nullptr, 0), "hipGraphInstantiate");
     return true;
