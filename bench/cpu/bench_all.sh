@@ -22,7 +22,7 @@ bin="$build_dir/bin/dsv4_bench_cpu"
 [ -x "$bin" ] || { echo "no $bin: build first (cmake --build $build --target dsv4_bench_cpu)" >&2; exit 1; }
 python=${PYTHON:-/usr/bin/python3}
 "$python" -c "import torch" 2>/dev/null ||
-  { echo "$python has no torch: set PYTHON to a Python with torch (Debian: python3-torch)" >&2; exit 1; }
+  { echo "$python has no torch: set PYTHON to a Python with it (Debian: python3-torch)" >&2; exit 1; }
 # report.py needs only the standard library (matplotlib, when there, for the plot).
 report_python=/usr/bin/python3
 [ -x "$report_python" ] || report_python=$python
