@@ -47,7 +47,7 @@ test: build
 
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSV4_SANITIZE=address,undefined \
-	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BUILD_BENCH=OFF $(WERROR_FLAGS) $(CMAKE_FLAGS)
+	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BACKEND_HIP=OFF -DDSV4_BUILD_BENCH=OFF $(WERROR_FLAGS) $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest $(CTEST_FLAGS) -j $(JOBS) -LE no-asan \
@@ -56,7 +56,7 @@ test-asan: deps
 # ThreadSanitizer: only what the concurrency tests need is built (label tsan).
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4_SANITIZE=thread \
-	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BUILD_BENCH=OFF -DDSV4_BUILD_EXAMPLES=OFF $(WERROR_FLAGS) $(CMAKE_FLAGS)
+	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BACKEND_HIP=OFF -DDSV4_BUILD_BENCH=OFF -DDSV4_BUILD_EXAMPLES=OFF $(WERROR_FLAGS) $(CMAKE_FLAGS)
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target dsv4_concurrency_test
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest $(CTEST_FLAGS) -j $(JOBS) -L tsan --output-junit ctest-junit.xml
@@ -65,7 +65,7 @@ test-tsan: deps
 $(FUZZ_BUILD)/build.ninja: | deps
 	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_C_COMPILER=$(CLANG) -DCMAKE_CXX_COMPILER=$(CLANG:clang%=clang++%) \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4_FUZZ=ON -DDSV4_SANITIZE=address,undefined \
-	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BUILD_TESTS=OFF -DDSV4_BUILD_BENCH=OFF -DDSV4_BUILD_EXAMPLES=OFF $(WERROR_FLAGS)
+	  -DDSV4_BACKEND_CUDA=OFF -DDSV4_BACKEND_HIP=OFF -DDSV4_BUILD_TESTS=OFF -DDSV4_BUILD_BENCH=OFF -DDSV4_BUILD_EXAMPLES=OFF $(WERROR_FLAGS)
 
 fuzz-build: $(FUZZ_BUILD)/build.ninja
 	cmake --build $(FUZZ_BUILD) -j $(JOBS)

@@ -12,7 +12,7 @@ import re
 import sys
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-SOURCE_SUFFIXES = (".c", ".h", ".cpp", ".hpp", ".cu", ".cuh", ".cl")
+SOURCE_SUFFIXES = (".c", ".h", ".cpp", ".hpp", ".cu", ".cuh", ".cl", ".hip")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
 # The src/ folders in layering order: each may include only those after it.
 SRC_LAYERS = ["api", "core", "loader", "base"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs clang-format over the project's C, C++ and CUDA sources (the files git tracks).
+"""Runs clang-format over the project's C, C++, CUDA and HIP sources (the files git tracks).
 
   scripts/format.py           rewrites every file in place
   scripts/format.py --check   lists the files that differ and exits 1 (the clang_format ctest)
@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-SUFFIXES = (".c", ".h", ".cpp", ".hpp", ".cc", ".cu", ".cuh", ".cl")
+SUFFIXES = (".c", ".h", ".cpp", ".hpp", ".cc", ".cu", ".cuh", ".cl", ".hip")
 
 
 def tracked_sources(root):

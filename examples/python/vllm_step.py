@@ -33,6 +33,7 @@ import dsv4.torch as dt
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "bindings", "python", "tests"))
+import cases  # noqa: E402  (FlashMLA's data scale, which the check's tolerances assume)
 import reference  # noqa: E402  (the float64 reference, for the check)
 
 D = 512
@@ -153,8 +154,9 @@ def _desc(block_size):
 
 
 def _write(ctx, desc, cache, slots, gen, device):
-    """Post-RoPE KV rows (random here) quantised into the cache by libdsv4's vLLM quantiser."""
-    values = (torch.randn(len(slots), D, generator=gen) * 0.5).to(device)
+    """Post-RoPE KV rows (random here, at FlashMLA's decode scale: cases.kv_values) quantised into
+    the cache by libdsv4's vLLM quantiser."""
+    values = cases.kv_values(len(slots), gen).to(device)
     dsv4.kv_write(ctx, desc, values, torch.tensor(slots, dtype=torch.int32, device=device), cache)
 
 
@@ -175,7 +177,7 @@ def check(name, step, layer, q, sink, out, lse):
                      extra_indices=cmp, extra_lengths=cmp_len)
     want_out, want_lse, _ = reference.attention(
         q, reference.Cache(layer.swa_cache, LAYOUT, SWA_BLOCK), swa, swa_len, sink=sink, **extra)
-    decode_tokens = sum(q_len for q_len, _ in REQUESTS if q_len <= DECODE_THRESHOLD)
+    decode_tokens = _decode_tokens()
     ok = True
     for rows, out_tol, lse_tol, kind in ((slice(0, decode_tokens), reference.DECODE_OUT,
                                           reference.DECODE_LSE, "decode"),
@@ -187,6 +189,11 @@ def check(name, step, layer, q, sink, out, lse):
             print("  " + str(result))
             ok = ok and result.passed
     return ok
+
+
+def _decode_tokens():
+    """The step's leading decode token rows (decodes come first)."""
+    return sum(q_len for q_len, _ in REQUESTS if q_len <= DECODE_THRESHOLD)
 
 
 def main():
@@ -202,7 +209,11 @@ def main():
     ctx = dt.context(device)
     step = Step(rng)
     gen = torch.Generator().manual_seed(args.seed)
-    q = (torch.rand(step.num_tokens, args.heads, D, generator=gen) * 2 - 1).to(torch.bfloat16)
+    # Values at FlashMLA's scale, which spec 2.4's tolerances (the check's) are calibrated to:
+    # decode queries clamp(randn, -1, 1), prefill ones randn/10 + U(-0.05, 0.05) (cases.py).
+    decode = _decode_tokens()
+    q = torch.cat((cases.q_values((decode, args.heads, D), gen),
+                   cases.q_values((step.num_tokens - decode, args.heads, D), gen, prefill=True)))
     sink = torch.rand(args.heads, generator=gen) * 3 - 1
     sink[args.heads // 2] = float("-inf")  # a padded head: no sink
     ok = True

@@ -5,11 +5,13 @@
 # benchmark. The project's own machines can only run the AVX2 kernel natively (AVX-512 and AMX run
 # there emulated, in ctest).
 #
-#   scripts/cpu/isa_check.sh [build dir, default build-isa]      (run from the repository root)
+#   scripts/cpu/isa_check.sh [build dir, default $BUILD or build-isa]
+#   PYTHON: the Python with torch for the benchmark's PyTorch comparison (default /usr/bin/python3;
+#   e.g. PYTHON=/opt/torch/.venv/bin/python3 where torch lives in a virtual environment)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-build-isa}
 cd "$root"
+build=$(realpath -m "${1:-${BUILD:-build-isa}}")  # relative: to the repository root
 # Packages: those of .ci/install-deps.sh (and its "bench" extras for the benchmark at the end).
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV4_BACKEND_CUDA=OFF
 cmake --build "$build" -j "$(nproc)" --target dsv4 dsv4-backend-cpu dsv4_conformance_test \
@@ -25,5 +27,7 @@ for isa in avx2 avx512_bf16 amx; do
   fi
   DSV4_CPU_ISA=$isa "$build/bin/dsv4_batch_invariance_test" --gtest_brief=1 || status=1
 done
-DSV4_BENCH_MAX_THREADS=${DSV4_BENCH_MAX_THREADS:-2} bench/cpu/bench_all.sh "$build" || status=1
+# The benchmark of this build (bench_all.sh's default is build/), with $PYTHON's torch.
+DSV4_BENCH_MAX_THREADS=${DSV4_BENCH_MAX_THREADS:-2} PYTHON=${PYTHON:-/usr/bin/python3} \
+  bench/cpu/bench_all.sh "$build" || status=1
 exit $status

@@ -48,6 +48,14 @@ std::unique_ptr<TestDevice> make_test_device(std::string* why) {
     return nullptr;
 #endif
   }
+  if (name == "hip") {
+#ifdef DSV4_TEST_HAVE_HIP
+    return make_hip_test_device(why);
+#else
+    if (why != nullptr) *why = "DSV4_TEST_DEVICE=hip but the tests were built without HIP support";
+    return nullptr;
+#endif
+  }
   if (name == "opencl") {
 #ifdef DSV4_TEST_HAVE_OPENCL
     return make_opencl_test_device(why);
@@ -67,7 +75,8 @@ std::unique_ptr<TestDevice> make_test_device(std::string* why) {
 #endif
   }
   if (why != nullptr)
-    *why = "unknown DSV4_TEST_DEVICE '" + name + "' (expected cpu, cuda, opencl or level-zero)";
+    *why =
+        "unknown DSV4_TEST_DEVICE '" + name + "' (expected cpu, cuda, hip, opencl or level-zero)";
   return nullptr;
 }
 

@@ -1,7 +1,7 @@
 // Where a test's tensors live. Conformance tests are written once against this interface and run
-// on any backend: DSV4_TEST_DEVICE=cpu (default), cuda (needs the CUDA build and a GPU), opencl
-// (the OpenCL module on an OpenCL 2.0+ device with SVM: PoCL on a CPU in CI) or level-zero (an
-// Intel GPU through Level Zero).
+// on any backend: DSV4_TEST_DEVICE=cpu (default), cuda (needs the CUDA build and a GPU), hip (needs
+// the HIP build and an AMD GPU), opencl (the OpenCL module on an OpenCL 2.0+ device with SVM: PoCL
+// on a CPU in CI) or level-zero (an Intel GPU through Level Zero).
 #pragma once
 
 #include <cstddef>
@@ -24,6 +24,12 @@ class TestDevice {
   virtual void fill(void* dst, unsigned char byte, size_t bytes) = 0;
   virtual void* stream() = 0;  // passed to dsv4_run (nullptr on CPU)
   virtual void synchronize() = 0;
+  // Graphs (CUDA graphs, hipGraph): begin_capture() starts recording the stream's work,
+  // end_capture() stops and instantiates it, replay() launches the instantiated graph on the
+  // stream. Each returns false where the device has none (CPU); failures throw.
+  virtual bool begin_capture() { return false; }
+  virtual bool end_capture() { return false; }
+  virtual bool replay() { return false; }
 };
 
 // The device selected by DSV4_TEST_DEVICE (default "cpu"). Returns nullptr with `why` set when the
@@ -34,6 +40,11 @@ std::unique_ptr<TestDevice> make_test_device(std::string* why);
 // GPU `device` (-1: DSV4_TEST_CUDA_DEVICE, else 0). Returns nullptr with `why` set when that GPU
 // is not usable here.
 std::unique_ptr<TestDevice> make_cuda_test_device(std::string* why, int device = -1);
+
+// The HIP test device (tests/common/test_device_hip.cpp, built only with DSV4_TEST_HAVE_HIP):
+// ROCm tensors (DSV4_DEVICE_ROCM) for the "hip" module. Returns nullptr with `why` set when there
+// is no HIP runtime or no AMD GPU.
+std::unique_ptr<TestDevice> make_hip_test_device(std::string* why);
 
 // The OpenCL test device (tests/common/test_device_opencl.cpp, built only with
 // DSV4_TEST_HAVE_OPENCL): SVM allocations and an in-order queue on one OpenCL device.

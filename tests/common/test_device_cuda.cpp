@@ -24,6 +24,8 @@ class CudaTestDevice final : public TestDevice {
   }
   ~CudaTestDevice() override {
     cudaSetDevice(device_);
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
     cudaStreamDestroy(stream_);
   }
   CudaTestDevice(const CudaTestDevice&) = delete;
@@ -67,11 +69,36 @@ class CudaTestDevice final : public TestDevice {
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     check(cudaGetLastError(), "CUDA error");
   }
+  bool begin_capture() override {
+    select();
+    // The previous capture's graph goes first: destroying it while this thread captures would
+    // invalidate the capture (cudaStreamCaptureModeThreadLocal forbids unsafe calls meanwhile).
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
+    exec_ = nullptr;
+    graph_ = nullptr;
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+          "cudaStreamBeginCapture");
+    return true;
+  }
+  bool end_capture() override {
+    select();
+    check(cudaStreamEndCapture(stream_, &graph_), "cudaStreamEndCapture");
+    check(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
+    return true;
+  }
+  bool replay() override {
+    select();
+    check(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch");
+    return true;
+  }
 
  private:
   void select() { check(cudaSetDevice(device_), "cudaSetDevice"); }
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
 };
 
 }  // namespace

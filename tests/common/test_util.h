@@ -88,6 +88,16 @@ inline CtxPtr make_test_ctx(TestDevice* dev, int32_t threads, std::string* error
   return CtxPtr(st == DSV4_STATUS_OK ? ctx : nullptr);
 }
 
+// Whether the context's backend checks values on the host before writing anything (the CPU module
+// does; GPU modules never read device values to validate them, and neither does the HIP emulator
+// module, which runs the GPU kernels on CPU tensors).
+inline bool backend_checks_values(dsv4_ctx* ctx) {
+  dsv4_ctx_info info{};
+  info.struct_size = sizeof info;
+  return dsv4_ctx_get_info(ctx, &info) == DSV4_STATUS_OK &&
+         std::string(info.backend).rfind("cpu", 0) == 0;
+}
+
 // Owns `bytes` of device memory.
 class DeviceBuffer {
  public:

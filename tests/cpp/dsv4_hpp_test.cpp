@@ -237,14 +237,21 @@ TEST(Hpp, VectorsMatchTheReference) {
     std::vector<dsv4::Tensor> host_view;  // set_inputs names the fields; point them at the device
     set_inputs(c, host_view, args);
     dsv4_run_args& raw = args.get();
+    int moved = 0;
     for (const dsv4_tensor** field :
-         {&raw.q, &raw.swa_cache, &raw.extra_cache, &raw.attn_sink, &raw.indices, &raw.lengths,
-          &raw.extra_indices, &raw.extra_lengths, &raw.query_start_loc, &raw.seq_lens,
-          &raw.swa_block_table, &raw.cmp_block_table, &raw.slot_mapping, &raw.topk_indices}) {
+         {&raw.q, &raw.swa_cache, &raw.extra_cache, &raw.attn_sink, &raw.indices, &raw.indptr,
+          &raw.lengths, &raw.extra_indices, &raw.extra_indptr, &raw.extra_lengths,
+          &raw.query_start_loc, &raw.seq_lens, &raw.swa_block_table, &raw.cmp_block_table,
+          &raw.slot_mapping, &raw.topk_indices}) {
       for (int k = 0; k < c.num_inputs; ++k) {
-        if (*field == host_view[k].get()) *field = tensors[k].get();
+        if (*field == host_view[k].get()) {
+          *field = tensors[k].get();
+          ++moved;
+        }
       }
     }
+    // Every input now points at device memory (a field missing above would stay on the host).
+    EXPECT_EQ(moved, c.num_inputs);
     for (int k = 0; k < c.num_outputs; ++k) {
       const vec_tensor& t = c.outputs[k];
       buffers.emplace_back(g_device, static_cast<size_t>(t.elements) * t.code.bits / 8);

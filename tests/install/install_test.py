@@ -192,10 +192,11 @@ def main():
     info = json.loads(p.stdout) if p.returncode == 0 else {}
     paths = module_paths(info)
     names = sorted(m["name"] for m in info.get("modules", []))
-    # cpu and example, plus the GPU modules the build found toolchains for (OpenCL, Level Zero).
+    # cpu and example, plus the GPU modules the build found toolchains for: HIP wherever hipcc is
+    # installed, OpenCL and Level Zero where their modules were built.
     backends = moved / "lib" / "dsv4" / "backends"
-    own = ["cpu", "example"] + [n for n in ("level-zero", "opencl")
-                                if (backends / f"libdsv4-{n}.so").exists()]
+    own = ["cpu", "example"] + (["hip"] if shutil.which("hipcc") else [])
+    own += [n for n in ("level-zero", "opencl") if (backends / f"libdsv4-{n}.so").exists()]
     checks.record("the moved install lists its own modules (cpu, example, any GPU module built) "
                   "and only those",
                   names == sorted(own) and all(x.startswith(f"{moved}/") for x in paths),

@@ -735,7 +735,7 @@ TEST_F(PagedEdges, PaddingTokensInsideRequestsAndFlashInferLengths) {
   ASSERT_EQ(dsv4_plan_create(ctx_.get(), &o, &p), DSV4_STATUS_OK) << dsv4_last_error_message();
   PlanPtr plan(p);
   // p=10 sees (10+1)/4 = 2 entries, so local 2 is out of range: rejected (CPU value checks).
-  if (g_device->device().device_type == DSV4_DEVICE_CPU) {
+  if (backend_checks_values(ctx_.get())) {
     Exported bad;
     EXPECT_EQ(export_lists(plan.get(), l, db, 6, DSV4_EXPORT_FLASHINFER, 0, &bad),
               DSV4_STATUS_INVALID_ARGUMENT);
@@ -1117,8 +1117,8 @@ class PagedBadInput : public ::testing::Test {
 };
 
 // Value checks need the data on the host: only the CPU backend validates values.
-#define REQUIRE_VALUE_CHECKS()                           \
-  if (g_device->device().device_type != DSV4_DEVICE_CPU) \
+#define REQUIRE_VALUE_CHECKS()            \
+  if (!backend_checks_values(ctx_.get())) \
   GTEST_SKIP() << "value validation is a CPU-backend feature"
 
 TEST_F(PagedBadInput, SeqLenBelowQueryLen) {

@@ -1,7 +1,8 @@
 """Randomised attention problems for the Python tests, examples and benchmarks (torch tensors, built
 on the CPU and moved to any device): caches written by dsv4.kv_write with every unreferenced byte
 0xFF (NaN in every layout), index lists mixing valid slots with -1, other negatives and slots past
-the capacity, per-token lengths, sinks mixing finite values with -inf and +inf.
+the capacity, per-token lengths, sinks mixing finite values with -inf and +inf. Values and queries
+are drawn at FlashMLA's scale (kv_values, q_values below), which spec 2.4's tolerances assume.
 
 DSV4_TEST_SEED=<n> replays a seed (seed() below)."""
 import os
@@ -13,7 +14,9 @@ import dsv4
 import reference
 
 D = 512
-KV_SCALE = 0.75  # per-tensor FP8 layout
+# Per-tensor FP8 layout: 2^-8 (the C++ conformance suite draws 0.003..0.006), so values up to the
+# clamp at 1 land at most at 256 (e4m3 saturates at 448) and typical ones (~0.1) stay normal.
+KV_SCALE = 2.0 ** -8
 _SEED = int(os.environ.get("DSV4_TEST_SEED") or random.SystemRandom().randrange(1 << 31))
 
 
@@ -41,7 +44,7 @@ class Scope:
         capacity = blocks * block_size
         self.cache = torch.full((blocks, self.desc.block_stride_bytes), 0xFF, dtype=torch.uint8)
         written = sorted(rng.sample(range(capacity), min(capacity, max(width, 1) * 2)))
-        values = torch.empty(len(written), D).uniform_(-2.0, 2.0, generator=_generator(rng))
+        values = kv_values(len(written), _generator(rng))
         dsv4.kv_write(ctx, self.desc, values, torch.tensor(written, dtype=torch.int32),
                       self.cache)
         rows = []
@@ -73,6 +76,39 @@ def _generator(rng):
     return g
 
 
+# The data's scale. Spec 2.4's tolerances are FlashMLA's test tolerances (decode out abs 1e-3 /
+# rel 2.01/128 / cos 5e-6, prefill out abs 8e-4 / rel 3.01/128 / cos 7e-6), and FlashMLA calibrated
+# them to its tests' data, which kv_values and q_values draw as the C++ conformance suite does
+# (tests/conformance/conformance_test.cpp, build_cache and make_problem):
+#   decode:  KV randn/10 clamped to +-1,                 q clamp(randn, -1, 1)
+#   prefill: KV randn/10 + U(-0.05, 0.05) clamped to +-1, q randn/10 + U(-0.05, 0.05)
+# A kernel that rounds P to bf16 before P.V (FlashMLA and every tensor-core / AMX kernel here, spec
+# 2.4) errs by up to 2^-9 P|v| per key: at 10-20x this scale an output element of a row with few
+# valid keys that happens to be small (so the relative tolerance cannot apply) exceeds the absolute
+# one although the kernel is right. Keep every test's data at this scale instead of widening the
+# tolerances; the hostile parts (NaN rows, invalid indices, infinite sinks, empty rows) stay.
+
+
+def kv_values(rows, generator, prefill=False):
+    """fp32 [rows, 512] KV rows at FlashMLA's scale (see above)."""
+    x = torch.randn(rows, D, generator=generator, dtype=torch.float64) / 10.0
+    if prefill:
+        x += torch.empty(rows, D, dtype=torch.float64).uniform_(-0.05, 0.05, generator=generator)
+    return x.clamp(-1.0, 1.0).to(torch.float32)
+
+
+def q_values(shape, generator, prefill=False):
+    """bf16 queries of `shape` (last dim 512) at FlashMLA's scale (see above)."""
+    x = torch.randn(shape, generator=generator, dtype=torch.float64)
+    if prefill:
+        x = x / 10.0 + torch.empty(shape, dtype=torch.float64).uniform_(-0.05, 0.05,
+                                                                        generator=generator)
+        x = x.clamp(-10.0, 10.0)
+    else:
+        x = x.clamp(-1.0, 1.0)
+    return x.to(torch.bfloat16)
+
+
 def sinks(rng, heads, kind="mixed"):
     if kind is None:
         return None
@@ -97,8 +133,7 @@ class Explicit:
             self.main = Scope(ctx, rng, tokens, layout, block_size, blocks, width, lengths,
                               pad_bytes)
             self.extra = None if extra is None else Scope(ctx, rng, tokens, **extra)
-        self.q = torch.empty(tokens, heads, D).uniform_(-1.0, 1.0, generator=_generator(rng))
-        self.q = self.q.to(torch.bfloat16)
+        self.q = q_values((tokens, heads, D), _generator(rng))
         self.sink = sinks(rng, heads, sink)
 
     def plan_options(self, max_tokens=None):

@@ -181,7 +181,7 @@ class GpuTest(unittest.TestCase):
         with torch.cuda.stream(side):  # warm-up (and the workspace) on the capture's stream
             dt.attention(plan, q, cache, **static)
         torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.Graph()
+        graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=side):
             out, lse = dt.attention(plan, q, cache, **static)
         for offset in range(3):
