@@ -492,7 +492,7 @@ TEST_F(KvWriter, DuplicateSlotsLastRowWins) {
   ctx_ = make_test_ctx(g_device, 8, &error);  // more CPU workers than cores: they interleave
   ASSERT_TRUE(ctx_) << error;
   std::mt19937_64 gen(case_seed("kv_duplicates"));
-  for (uint32_t layout : {DSV4_KV_LAYOUT_FP8_V4_584B, DSV4_KV_LAYOUT_BF16,
+  for (uint32_t layout : {DSV4_KV_LAYOUT_FP8_V4_584B, DSV4_KV_LAYOUT_BF16, DSV4_KV_LAYOUT_FP16,
                           DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, DSV4_KV_LAYOUT_FP8_V32_656B}) {
     SCOPED_TRACE("layout " + std::to_string(layout));
     const int32_t block_size = 7;
@@ -658,14 +658,8 @@ TEST_F(KvWriter, SlotBeyondCapacityWritesNothing) {
 // Spec 12.4: of several rows of one call aimed at one slot, the one that comes last wins, on every
 // backend and whatever the rows' order of execution. Slots 3 and 7 are named three and two times,
 // interleaved with others, each row holding its own value; the written entries must decode to the
-// last row's. Backends that do not implement 12.4 yet skip (the CPU and CUDA modules write rows
-// concurrently).
-TEST_F(KvWriter, DuplicateSlotsLastRowWins) {
-  dsv4_ctx_info info{};
-  info.struct_size = sizeof info;
-  ASSERT_EQ(dsv4_ctx_get_info(ctx_.get(), &info), DSV4_STATUS_OK);
-  if (std::string(info.backend) != "hip")
-    GTEST_SKIP() << "backend " << info.backend << " does not implement spec 12.4 yet";
+// last row's. (DuplicateSlotsLastRowWins above: many rows per slot, many workers, repeated.)
+TEST_F(KvWriter, DuplicateSlotsInterleavedLastRowWins) {
   for (uint32_t layout : {DSV4_KV_LAYOUT_FP8_V4_584B, DSV4_KV_LAYOUT_BF16, DSV4_KV_LAYOUT_FP16,
                           DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, DSV4_KV_LAYOUT_FP8_V32_656B}) {
     SCOPED_TRACE("layout " + std::to_string(layout));
