@@ -108,7 +108,7 @@ __global__ void DSV4_KERNEL_BOUNDS(kTokenThreads) export_csr_lengths_kernel(cons
   const paged_token k = paged_locate(p.batch, t);
   const int32_t swa_len = paged_build_swa_row(g, p.batch, k, p.capacity.swa, &scratch, 0);
   p.swa.indptr[(t + 1) * p.swa.indptr_stride] = swa_len;
-  if (p.cmp.indices != nullptr && g.cmp_width > 0)
+  if (dsv4_mod_export_wanted(&p.cmp) && g.cmp_width > 0)
     p.cmp.indptr[(t + 1) * p.cmp.indptr_stride] =
         paged_build_cmp_row(g, p.batch, k, t, p.capacity.cmp, &scratch, 0);
 }
@@ -155,7 +155,7 @@ __global__ void DSV4_KERNEL_BOUNDS(kTokenThreads) export_csr_rows_kernel(const e
     const paged_token k = paged_locate(p.batch, t);
     lens[0] = paged_build_swa_row(g, p.batch, k, p.capacity.swa, row, 1);
     lens[1] = 0;
-    if (p.cmp.indices != nullptr && g.cmp_width > 0)
+    if (dsv4_mod_export_wanted(&p.cmp) && g.cmp_width > 0)
       lens[1] = paged_build_cmp_row(g, p.batch, k, t, p.capacity.cmp, row + g.window, 1);
   }
   __syncthreads();
@@ -183,22 +183,25 @@ hipError_t paged_build_launch(const paged_build_params& p, hipStream_t stream) {
 }
 
 hipError_t export_launch(const export_params& p, hipStream_t stream) {
-  if (p.num_tokens <= 0) return hipSuccess;
+  // A CSR step without tokens still has indptr = {0}: the scans write it.
+  const bool csr = p.format == DSV4_EXPORT_CSR;
+  if (p.num_tokens < 0 || (p.num_tokens == 0 && !csr)) return hipSuccess;
   const dim3 blocks(token_blocks(p.num_tokens));
-  if (p.format != DSV4_EXPORT_CSR)
-    return dsv4_hip_launch(export_dense_kernel, blocks, dim3(kTokenThreads), 0, stream, p);
-  hipError_t err =
-      dsv4_hip_launch(export_csr_lengths_kernel, blocks, dim3(kTokenThreads), 0, stream, p);
+  if (!csr) return dsv4_hip_launch(export_dense_kernel, blocks, dim3(kTokenThreads), 0, stream, p);
+  hipError_t err = hipSuccess;
+  if (p.num_tokens > 0)
+    err = dsv4_hip_launch(export_csr_lengths_kernel, blocks, dim3(kTokenThreads), 0, stream, p);
   if (err != hipSuccess) return err;
   const size_t scan_smem = kScanThreads * sizeof(int32_t);
   err = dsv4_hip_launch(export_csr_scan_kernel, dim3(1), dim3(kScanThreads), scan_smem, stream,
                         p.swa.indptr, p.swa.indptr_stride, p.num_tokens);
   if (err != hipSuccess) return err;
-  if (p.cmp.indices != nullptr && p.geometry.cmp_width > 0) {
+  if (dsv4_mod_export_wanted(&p.cmp) && p.geometry.cmp_width > 0) {
     err = dsv4_hip_launch(export_csr_scan_kernel, dim3(1), dim3(kScanThreads), scan_smem, stream,
                           p.cmp.indptr, p.cmp.indptr_stride, p.num_tokens);
     if (err != hipSuccess) return err;
   }
+  if (p.num_tokens == 0) return hipSuccess;
   const size_t smem =
       (4 + static_cast<size_t>(p.geometry.window + p.geometry.cmp_width)) * sizeof(int32_t);
   err = dsv4_hip_allow_smem(export_csr_rows_kernel, smem);

@@ -51,27 +51,29 @@ struct fat_binary {
   void** runtime_handle = nullptr;
 };
 struct kernel_registration {
-  size_t binary;  // index into binaries()
+  size_t binary;  // index into g_binaries
   const void* host_function;
   char* device_function;
   const char* device_name;
   unsigned int thread_limit;
 };
 
-std::vector<fat_binary>& binaries() {
-  static std::vector<fat_binary> v;
-  return v;
-}
-std::vector<kernel_registration>& kernels() {
-  static std::vector<kernel_registration> v;
-  return v;
-}
+// What the module's constructors register at dlopen, in fixed storage: nothing there may allocate
+// (a bad_alloc out of a constructor would end the process). Registrations beyond the storage leave
+// the runtime unavailable.
+constexpr size_t kMaxBinaries = 64;
+constexpr size_t kMaxKernels = 1024;
+fat_binary g_binaries[kMaxBinaries];
+size_t g_num_binaries = 0;
+kernel_registration g_kernels[kMaxKernels];
+size_t g_num_kernels = 0;
+bool g_registration_overflow = false;
 // Handles given to the constructors: each points at its binary's index.
-size_t g_handle_slots[64];
+size_t g_handle_slots[kMaxBinaries];
 
 runtime_api g_api;
 bool g_open = false;
-std::string g_reason = "the HIP runtime was not opened";
+std::string g_reason;  // empty until open_once: a static initializer must not allocate
 std::once_flag g_once;
 
 template <class F>
@@ -89,6 +91,10 @@ bool resolve(void* lib, const char* name, F* out, std::string* missing) {
 }
 
 void open_once(const char* override_path) {
+  if (g_registration_overflow) {
+    g_reason = "more kernels than the module's registration storage holds";
+    return;
+  }
   const char* candidates[] = {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5",
                               "/opt/rocm/lib/libamdhip64.so"};
   const bool forced = override_path != nullptr && override_path[0] != '\0';
@@ -130,9 +136,11 @@ void open_once(const char* override_path) {
     g_reason = "the HIP runtime lacks " + missing;
     return;  // the library stays loaded (never unloaded, like every module dependency)
   }
-  for (fat_binary& b : binaries()) b.runtime_handle = a.register_fat_binary(b.data);
-  for (const kernel_registration& k : kernels()) {
-    a.register_function(binaries()[k.binary].runtime_handle, k.host_function, k.device_function,
+  for (size_t i = 0; i < g_num_binaries; ++i)
+    g_binaries[i].runtime_handle = a.register_fat_binary(g_binaries[i].data);
+  for (size_t i = 0; i < g_num_kernels; ++i) {
+    const kernel_registration& k = g_kernels[i];
+    a.register_function(g_binaries[k.binary].runtime_handle, k.host_function, k.device_function,
                         k.device_name, k.thread_limit, nullptr, nullptr, nullptr, nullptr, nullptr);
   }
   g_api = a;
@@ -149,7 +157,8 @@ bool api_ready() {
 
 bool runtime_open(const char* override_path, std::string* reason) {
   std::call_once(g_once, open_once, override_path);
-  if (!g_open && reason != nullptr) *reason = g_reason;
+  if (!g_open && reason != nullptr)
+    *reason = g_reason.empty() ? "the HIP runtime was not opened" : g_reason;
   return g_open;
 }
 
@@ -162,11 +171,13 @@ extern "C" {
 
 // Called by the module's own constructors (one per kernel source), before any runtime exists.
 void** __hipRegisterFatBinary(const void* data) {
-  auto& bins = dsv4::hip::binaries();
-  const size_t index = bins.size();
-  if (index >= sizeof dsv4::hip::g_handle_slots / sizeof dsv4::hip::g_handle_slots[0])
+  const size_t index = dsv4::hip::g_num_binaries;
+  if (index >= dsv4::hip::kMaxBinaries) {
+    dsv4::hip::g_registration_overflow = true;
     return nullptr;
-  bins.push_back(dsv4::hip::fat_binary{data});
+  }
+  dsv4::hip::g_binaries[index] = dsv4::hip::fat_binary{data};
+  dsv4::hip::g_num_binaries = index + 1;
   dsv4::hip::g_handle_slots[index] = index;
   return reinterpret_cast<void**>(&dsv4::hip::g_handle_slots[index]);
 }
@@ -176,8 +187,12 @@ void __hipRegisterFunction(void** modules, const void* host_function, char* devi
                            dim3*, int*) {
   if (modules == nullptr) return;
   const size_t index = *reinterpret_cast<size_t*>(modules);
-  dsv4::hip::kernels().push_back(dsv4::hip::kernel_registration{
-      index, host_function, device_function, device_name, thread_limit});
+  if (dsv4::hip::g_num_kernels >= dsv4::hip::kMaxKernels) {
+    dsv4::hip::g_registration_overflow = true;
+    return;
+  }
+  dsv4::hip::g_kernels[dsv4::hip::g_num_kernels++] = dsv4::hip::kernel_registration{
+      index, host_function, device_function, device_name, thread_limit};
 }
 
 // The module is never unloaded; at process exit the runtime may already be gone.
