@@ -95,11 +95,6 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
 
   if (tid < 2) counts[tid] = list_count(p, t, tid);
   load_q(p, t, head0, HG, DQK, QS, q_s, tid, NT);
-  if (tid < HG) {
-    m_s[tid] = -INFINITY;
-    l_s[tid] = 0.0f;
-    alpha_s[tid] = 1.0f;
-  }
   __syncthreads();
 
   // Q K^T roles: tile (RH heads x RK keys), lane16 = which sixteenth of the dims.
@@ -110,6 +105,18 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
   // P V roles: head tile pv_head0 .. + RH, dims pv_dim0 .. + 8.
   const int pv_head0 = (tid / 64) * RH;
   const int pv_dim0 = (tid % 64) * 8;
+  // Softmax roles: TPR threads per head row, KPT keys each. The row's running max and sum live in
+  // registers: after the butterfly reductions every thread of the row holds the same values, so no
+  // thread reads m / l from shared memory while the row's first thread rewrites them (the race of
+  // run 1: a read of m_s by every thread of the row against the leader's write in the same chunk).
+  constexpr int TPR = NT / HG < KC ? NT / HG : KC;
+  constexpr int KPT = KC / TPR;
+  const int sm_row = tid / TPR < HG ? tid / TPR : HG - 1;  // spare threads shadow the last row
+  const bool sm_owner = tid / TPR < HG;
+  const bool sm_lead = sm_owner && tid % TPR == 0;
+  const int sm_key0 = (tid % TPR) * KPT;
+  float m_run = -INFINITY;  // running max, log2 domain
+  float l_run = 0.0f;       // running sum
   float o[RH][8];
 #pragma unroll
   for (int a = 0; a < RH; ++a)
@@ -175,13 +182,10 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
     }
     __syncthreads();  // S ready
 
-    // ---- online softmax: TPR threads per head row, KPT keys each ----------------------------
+    // ---- online softmax (base 2) -------------------------------------------------------------
     {
-      constexpr int TPR = NT / HG < KC ? NT / HG : KC;
-      constexpr int KPT = KC / TPR;
-      const int r = tid / TPR < HG ? tid / TPR : HG - 1;  // spare threads shadow the last row
-      const bool owner = tid / TPR < HG;
-      const int k0 = (tid % TPR) * KPT;
+      const int r = sm_row;
+      const int k0 = sm_key0;
       float sv[KPT];
       float cmax = -INFINITY;
 #pragma unroll
@@ -191,7 +195,7 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
       }
 #pragma unroll
       for (int off = TPR / 2; off > 0; off /= 2) cmax = fmaxf(cmax, shfl_xor(cmax, off));
-      const float m_old = m_s[r];
+      const float m_old = m_run;
       const float m_new = fmaxf(m_old, cmax);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
       const float vs = p.value_scale[li];
@@ -200,16 +204,14 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
       for (int j = 0; j < KPT; ++j) {
         const float e = exp2f(sv[j] - m_use);
         sum += e;
-        if (owner) p_s[(k0 + j) * HG + r] = e * vs;
+        if (sm_owner) p_s[(k0 + j) * HG + r] = e * vs;
       }
 #pragma unroll
       for (int off = TPR / 2; off > 0; off /= 2) sum += shfl_xor(sum, off);
-      if (owner && tid % TPR == 0) {
-        const float alpha = exp2f(m_old - m_use);
-        alpha_s[r] = alpha;
-        l_s[r] = l_s[r] * alpha + sum;
-        m_s[r] = m_new;
-      }
+      const float alpha = exp2f(m_old - m_use);
+      l_run = l_run * alpha + sum;
+      m_run = m_new;
+      if (sm_lead) alpha_s[r] = alpha;  // read after the barrier below; rewritten 3 barriers later
     }
     __syncthreads();  // P and alpha ready
 
@@ -238,6 +240,10 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
         o[a][7] = fmaf(pk[a], v1.w, o[a][7]);
       }
     }
+  }
+  if (sm_lead) {
+    m_s[sm_row] = m_run;
+    l_s[sm_row] = l_run;
   }
   __syncthreads();  // final m / l visible
 
