@@ -2,11 +2,11 @@
 // kernel is attention_mfma.hip). One block = one (token, head group, key split); a head group is
 // HG heads, so a gathered key row is dequantised once and shared by all of them. Keys come in
 // chunks of kChunkKeys list positions of one list (main or extra, so of one cache). Per chunk:
-//   resolve the rows' addresses (index.h) -> dequantise them to fp32 in shared memory (layout.h's
-//   byte maps, codec.h's values) -> S = Q K^T: each thread an 8-head x 4-key register tile over a
-//   sixteenth of the head dimension, the sixteen partial tiles summed by a lane reduce-scatter ->
-//   online softmax (base 2, fp32) -> O = alpha O + P V: each thread an 8-head x 8-dim tile of O in
-//   registers.
+//   resolve the rows' addresses (index.h) -> load a thread's bytes of them, all at once, then
+//   dequantise them to fp32 in shared memory (layout.h's byte maps, codec.h's values) ->
+//   S = Q K^T: each thread an 8-head x 4-key register tile over a sixteenth of the head
+//   dimension, the sixteen partial tiles summed by a lane reduce-scatter -> online softmax (base
+//   2, fp32) -> O = alpha O + P V: each thread an 8-head x 8-dim tile of O in registers.
 // Q and the chunk's rows live in shared memory as fp32, so the inner loops are loads of float4 and
 // FMAs. One split writes out / lse / max_logits (sink applied); several leave normalised partials
 // that merge.hip combines with the shared merge rule. Wave-size agnostic: lanes cooperate only in
@@ -38,6 +38,9 @@ struct simt_shape {
   static constexpr int kDS = kThreads / kTiles;            // lanes splitting a tile's dims
   static constexpr int kD4 = DQK / 4 / kDS;                // float4 steps per lane
   static constexpr int kAcc = kRH * kRK;
+  // Blocks per SM the register allocation must allow on NVIDIA: 16 heads take 68 KB of shared
+  // memory, so 3 blocks fit 227 KB; the batched staging would otherwise take 254 registers (2).
+  static constexpr int kMinBlocks = HG == 16 ? 3 : 1;
   static_assert(kDS == 16 && (DQK / 4) % kDS == 0, "Q K^T tiling");
   static_assert(kThreads == HG / kRH * (kHeadDim / 8), "P V tiling: 8 dims per thread");
 };
@@ -68,7 +71,8 @@ DSV4_DEV void reduce_scatter16(float* acc, int lane16) {
 }
 
 template <int HG, int DQK>
-__global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
+__global__ void DSV4_KERNEL_BOUNDS_MIN((simt_shape<HG, DQK>::kThreads),
+                                       (simt_shape<HG, DQK>::kMinBlocks))
     attention_simt_kernel(const attention_params p) {
   using S = simt_shape<HG, DQK>;
   constexpr int KC = S::kKC;
@@ -133,7 +137,7 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
 
     resolve_rows(p, t, li, pos0, counts[li], KC, rows, tid);
     __syncthreads();  // rows resolved; the previous chunk's P V is done with k_s
-    stage_rows_f32(p.cache[li], rows, KC, DQK, QS, p.aligned16 != 0, k_s, tid, NT);
+    stage_rows_f32<KC, DQK, NT>(p.cache[li], rows, QS, p.aligned16 != 0, k_s, tid);
     __syncthreads();  // K ready
 
     // ---- S = Q K^T -------------------------------------------------------------------------
