@@ -85,7 +85,7 @@ DSV4_DEV void load_q(const attention_params& p, int64_t t, int head0, int hg, in
 #pragma unroll
     for (int i = 0; i < kB; ++i) {
       const int u = u0 + i * threads;
-      if (u >= hg * dqk) break;
+      if (u >= hg * dqk) continue;
       const int h = head0 + u / dqk;
       float v = 0.0f;
       if (h < p.num_heads)
@@ -310,7 +310,9 @@ DSV4_DEV void stage_rows_f32(const dsv4_mod_cache& cache, const chunk_rows* rows
   constexpr int kPer = (kUnits + NT - 1) / NT;  // units per thread
   constexpr int kBatches = (kPer + 8) / 9;      // ceil(kPer / 9)
   constexpr int kBatch = (kPer + kBatches - 1) / kBatches;
-#pragma unroll
+  // Batches stay a loop (the inner loops unroll, so raw[] lives in registers): unrolling the
+  // batches too is more code than clang's AMDGPU unroller accepts for the small-block kernels.
+#pragma unroll 1
   for (int b0 = 0; b0 < kBatches * kBatch; b0 += kBatch) {
     raw8 raw[kBatch];
     bool valid[kBatch];
