@@ -2,11 +2,11 @@
 // kernel is attention_mfma.hip). One block = one (token, head group, key split); a head group is
 // HG heads, so a gathered key row is dequantised once and shared by all of them. Keys come in
 // chunks of kChunkKeys list positions of one list (main or extra, so of one cache). Per chunk:
-//   resolve the rows' addresses (index.h) -> dequantise them to fp32 in shared memory (layout.h's
-//   byte maps, codec.h's values) -> S = Q K^T: each thread an 8-head x 4-key register tile over a
-//   sixteenth of the head dimension, the sixteen partial tiles summed by a lane reduce-scatter ->
-//   online softmax (base 2, fp32) -> O = alpha O + P V: each thread an 8-head x 8-dim tile of O in
-//   registers.
+//   resolve the rows' addresses (index.h) -> load a thread's bytes of them, all at once, then
+//   dequantise them to fp32 in shared memory (layout.h's byte maps, codec.h's values) ->
+//   S = Q K^T: each thread an 8-head x 4-key register tile over a sixteenth of the head
+//   dimension, the sixteen partial tiles summed by a lane reduce-scatter -> online softmax (base
+//   2, fp32) -> O = alpha O + P V: each thread an 8-head x 8-dim tile of O in registers.
 // Q and the chunk's rows live in shared memory as fp32, so the inner loops are loads of float4 and
 // FMAs. One split writes out / lse / max_logits (sink applied); several leave normalised partials
 // that merge.hip combines with the shared merge rule. Wave-size agnostic: lanes cooperate only in
@@ -38,6 +38,9 @@ struct simt_shape {
   static constexpr int kDS = kThreads / kTiles;            // lanes splitting a tile's dims
   static constexpr int kD4 = DQK / 4 / kDS;                // float4 steps per lane
   static constexpr int kAcc = kRH * kRK;
+  // Blocks per SM the register allocation must allow on NVIDIA: 16 heads take 68 KB of shared
+  // memory, so 3 blocks fit 227 KB; the batched staging would otherwise take 254 registers (2).
+  static constexpr int kMinBlocks = HG == 16 ? 3 : 1;
   static_assert(kDS == 16 && (DQK / 4) % kDS == 0, "Q K^T tiling");
   static_assert(kThreads == HG / kRH * (kHeadDim / 8), "P V tiling: 8 dims per thread");
 };
@@ -68,7 +71,8 @@ DSV4_DEV void reduce_scatter16(float* acc, int lane16) {
 }
 
 template <int HG, int DQK>
-__global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
+__global__ void DSV4_KERNEL_BOUNDS_MIN((simt_shape<HG, DQK>::kThreads),
+                                       (simt_shape<HG, DQK>::kMinBlocks))
     attention_simt_kernel(const attention_params p) {
   using S = simt_shape<HG, DQK>;
   constexpr int KC = S::kKC;
@@ -95,11 +99,6 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
 
   if (tid < 2) counts[tid] = list_count(p, t, tid);
   load_q(p, t, head0, HG, DQK, QS, q_s, tid, NT);
-  if (tid < HG) {
-    m_s[tid] = -INFINITY;
-    l_s[tid] = 0.0f;
-    alpha_s[tid] = 1.0f;
-  }
   __syncthreads();
 
   // Q K^T roles: tile (RH heads x RK keys), lane16 = which sixteenth of the dims.
@@ -110,6 +109,18 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
   // P V roles: head tile pv_head0 .. + RH, dims pv_dim0 .. + 8.
   const int pv_head0 = (tid / 64) * RH;
   const int pv_dim0 = (tid % 64) * 8;
+  // Softmax roles: TPR threads per head row, KPT keys each. The row's running max and sum live in
+  // registers: after the butterfly reductions every thread of the row holds the same values, so no
+  // thread reads m / l from shared memory while the row's first thread rewrites them (the race of
+  // run 1: a read of m_s by every thread of the row against the leader's write in the same chunk).
+  constexpr int TPR = NT / HG < KC ? NT / HG : KC;
+  constexpr int KPT = KC / TPR;
+  const int sm_row = tid / TPR < HG ? tid / TPR : HG - 1;  // spare threads shadow the last row
+  const bool sm_owner = tid / TPR < HG;
+  const bool sm_lead = sm_owner && tid % TPR == 0;
+  const int sm_key0 = (tid % TPR) * KPT;
+  float m_run = -INFINITY;  // running max, log2 domain
+  float l_run = 0.0f;       // running sum
   float o[RH][8];
 #pragma unroll
   for (int a = 0; a < RH; ++a)
@@ -126,7 +137,7 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
 
     resolve_rows(p, t, li, pos0, counts[li], KC, rows, tid);
     __syncthreads();  // rows resolved; the previous chunk's P V is done with k_s
-    stage_rows_f32(p.cache[li], rows, KC, DQK, QS, p.aligned16 != 0, k_s, tid, NT);
+    stage_rows_f32<KC, DQK, NT>(p.cache[li], rows, QS, p.aligned16 != 0, k_s, tid);
     __syncthreads();  // K ready
 
     // ---- S = Q K^T -------------------------------------------------------------------------
@@ -175,13 +186,10 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
     }
     __syncthreads();  // S ready
 
-    // ---- online softmax: TPR threads per head row, KPT keys each ----------------------------
+    // ---- online softmax (base 2) -------------------------------------------------------------
     {
-      constexpr int TPR = NT / HG < KC ? NT / HG : KC;
-      constexpr int KPT = KC / TPR;
-      const int r = tid / TPR < HG ? tid / TPR : HG - 1;  // spare threads shadow the last row
-      const bool owner = tid / TPR < HG;
-      const int k0 = (tid % TPR) * KPT;
+      const int r = sm_row;
+      const int k0 = sm_key0;
       float sv[KPT];
       float cmax = -INFINITY;
 #pragma unroll
@@ -191,7 +199,7 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
       }
 #pragma unroll
       for (int off = TPR / 2; off > 0; off /= 2) cmax = fmaxf(cmax, shfl_xor(cmax, off));
-      const float m_old = m_s[r];
+      const float m_old = m_run;
       const float m_new = fmaxf(m_old, cmax);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
       const float vs = p.value_scale[li];
@@ -200,16 +208,14 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
       for (int j = 0; j < KPT; ++j) {
         const float e = exp2f(sv[j] - m_use);
         sum += e;
-        if (owner) p_s[(k0 + j) * HG + r] = e * vs;
+        if (sm_owner) p_s[(k0 + j) * HG + r] = e * vs;
       }
 #pragma unroll
       for (int off = TPR / 2; off > 0; off /= 2) sum += shfl_xor(sum, off);
-      if (owner && tid % TPR == 0) {
-        const float alpha = exp2f(m_old - m_use);
-        alpha_s[r] = alpha;
-        l_s[r] = l_s[r] * alpha + sum;
-        m_s[r] = m_new;
-      }
+      const float alpha = exp2f(m_old - m_use);
+      l_run = l_run * alpha + sum;
+      m_run = m_new;
+      if (sm_lead) alpha_s[r] = alpha;  // read after the barrier below; rewritten 3 barriers later
     }
     __syncthreads();  // P and alpha ready
 
@@ -238,6 +244,10 @@ __global__ void DSV4_KERNEL_BOUNDS((simt_shape<HG, DQK>::kThreads))
         o[a][7] = fmaf(pk[a], v1.w, o[a][7]);
       }
     }
+  }
+  if (sm_lead) {
+    m_s[sm_row] = m_run;
+    l_s[sm_row] = l_run;
   }
   __syncthreads();  // final m / l visible
 

@@ -64,20 +64,35 @@ DSV4_DEV int32_t list_count(const attention_params& p, int64_t t, int li) {
 }
 
 // Q of heads [head0, head0 + hg) of token t as fp32 rows of `stride` (zero rows past the run's
-// heads; e4m3 q widened exactly).
+// heads; e4m3 q widened exactly). Eight elements per thread and batch: their loads first, then the
+// shared-memory stores (one global latency per batch, not one per element).
 DSV4_DEV void load_q(const attention_params& p, int64_t t, int head0, int hg, int dqk, int stride,
                      float* q_s, int tid, int threads) {
-  for (int u = tid; u < hg * dqk; u += threads) {
-    const int r = u / dqk;
-    const int d = u % dqk;
-    const int h = head0 + r;
-    float v = 0.0f;
-    if (h < p.num_heads) {
-      const int64_t off = token_offset(p.q, t, p.seq_q, h) + d;
-      v = p.q_is_fp8 ? fp8_e4m3_to_f32(static_cast<const uint8_t*>(p.q.data)[off])
-                     : bf16_to_f32(static_cast<const uint16_t*>(p.q.data)[off]);
+  constexpr int kB = 8;
+  for (int u0 = tid; u0 < hg * dqk; u0 += kB * threads) {
+    uint32_t raw[kB];
+#pragma unroll
+    for (int i = 0; i < kB; ++i) {
+      const int u = u0 + i * threads;
+      const int h = head0 + u / dqk;
+      raw[i] = 0u;
+      if (u < hg * dqk && h < p.num_heads) {
+        const int64_t off = token_offset(p.q, t, p.seq_q, h) + u % dqk;
+        raw[i] = p.q_is_fp8 ? static_cast<const uint8_t*>(p.q.data)[off]
+                            : static_cast<const uint16_t*>(p.q.data)[off];
+      }
     }
-    q_s[r * stride + d] = v;
+#pragma unroll
+    for (int i = 0; i < kB; ++i) {
+      const int u = u0 + i * threads;
+      if (u >= hg * dqk) continue;
+      const int h = head0 + u / dqk;
+      float v = 0.0f;
+      if (h < p.num_heads)
+        v = p.q_is_fp8 ? fp8_e4m3_to_f32(static_cast<uint8_t>(raw[i]))
+                       : bf16_to_f32(static_cast<uint16_t>(raw[i]));
+      q_s[(u / dqk) * stride + u % dqk] = v;
+    }
   }
 }
 
@@ -202,43 +217,71 @@ DSV4_DEV void fp16x8(const uint32_t* w, float* out) {
   }
 }
 
-// Dims [d0, d0 + 8) of a valid row of `cache` (dequant_entry's values).
-DSV4_DEV void dequant8(const dsv4_mod_cache& cache, const chunk_rows& row, int d0, bool aligned,
-                       float* out) {
-  const bool fnuz = (cache.flags & DSV4_KV_CACHE_FLAG_FP8_FNUZ) != 0;
+// One 8-dim group of a row as loaded, before conversion: up to 16 data bytes and its scale (584 B
+// layout: the UE8M0 byte; 656 B layout: the fp32 scale's bits). Splitting the load from the
+// conversion lets a thread issue all its loads of a chunk before its first shared-memory store:
+// the rows are reached through generic pointers, which the compiler may not move past a store.
+struct raw8 {
   uint32_t w[4];
+  uint32_t scale;
+};
+
+// The bytes of dims [d0, d0 + 8) of a valid row of `cache`.
+DSV4_DEV void load_raw8(const dsv4_mod_cache& cache, const chunk_rows& row, int d0, bool aligned,
+                        raw8* r) {
   switch (cache.layout) {
     case DSV4_KV_LAYOUT_BF16:
-      load_words<4>(row.src + 2 * d0, aligned, w);
-      bf16x8(w, out);
-      return;
     case DSV4_KV_LAYOUT_FP16:
-      load_words<4>(row.src + 2 * d0, aligned, w);
-      fp16x8(w, out);
+      load_words<4>(row.src + 2 * d0, aligned, r->w);
       return;
     case DSV4_KV_LAYOUT_FP8_V4_584B:
       if (d0 >= kNopeDim) {
-        load_words<4>(row.src + kNopeDim + 2 * (d0 - kNopeDim), aligned, w);
-        bf16x8(w, out);
+        load_words<4>(row.src + kNopeDim + 2 * (d0 - kNopeDim), aligned, r->w);
       } else {
-        load_words<2>(row.src + d0, aligned, w);
-        fp8x8_pow2(w, row.scales[d0 / kV4TileDim], fnuz, out);
+        load_words<2>(row.src + d0, aligned, r->w);
+        r->scale = row.scales[d0 / kV4TileDim];
       }
       return;
     case DSV4_KV_LAYOUT_FP8_V32_656B:
       if (d0 >= kHeadDim) {
-        load_words<4>(row.src + kHeadDim + 4 * kV32Tiles + 2 * (d0 - kHeadDim), aligned, w);
-        bf16x8(w, out);
+        load_words<4>(row.src + kHeadDim + 4 * kV32Tiles + 2 * (d0 - kHeadDim), aligned, r->w);
       } else {
-        float s;
-        memcpy(&s, row.src + kHeadDim + 4 * (d0 / kV32TileDim), sizeof s);
-        load_words<2>(row.src + d0, aligned, w);
-        fp8x8_scaled(w, s, fnuz, out);
+        memcpy(&r->scale, row.src + kHeadDim + 4 * (d0 / kV32TileDim), sizeof r->scale);
+        load_words<2>(row.src + d0, aligned, r->w);
       }
       return;
     case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR:
-      load_words<2>(row.src + d0, aligned, w);
-      fp8x8_pow2(w, 127u, fnuz, out);
+      load_words<2>(row.src + d0, aligned, r->w);
+      return;
+    default:
+      return;
+  }
+}
+
+// The values of dims [d0, d0 + 8) from their bytes (dequant_entry's values).
+DSV4_DEV void convert_raw8(const dsv4_mod_cache& cache, const raw8& r, int d0, float* out) {
+  const bool fnuz = (cache.flags & DSV4_KV_CACHE_FLAG_FP8_FNUZ) != 0;
+  switch (cache.layout) {
+    case DSV4_KV_LAYOUT_BF16:
+      bf16x8(r.w, out);
+      return;
+    case DSV4_KV_LAYOUT_FP16:
+      fp16x8(r.w, out);
+      return;
+    case DSV4_KV_LAYOUT_FP8_V4_584B:
+      if (d0 >= kNopeDim)
+        bf16x8(r.w, out);
+      else
+        fp8x8_pow2(r.w, r.scale, fnuz, out);
+      return;
+    case DSV4_KV_LAYOUT_FP8_V32_656B:
+      if (d0 >= kHeadDim)
+        bf16x8(r.w, out);
+      else
+        fp8x8_scaled(r.w, f32_from_bits(r.scale), fnuz, out);
+      return;
+    case DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR:
+      fp8x8_pow2(r.w, 127u, fnuz, out);
       return;
     default:
       for (int i = 0; i < 8; ++i) out[i] = 0.0f;
@@ -246,20 +289,57 @@ DSV4_DEV void dequant8(const dsv4_mod_cache& cache, const chunk_rows& row, int d
   }
 }
 
-// The chunk's kc rows as fp32 [kc][stride] (invalid rows zero, so they add nothing and a NaN in an
-// unreferenced row never leaks), 8 dims per work unit.
-DSV4_DEV void stage_rows_f32(const dsv4_mod_cache& cache, const chunk_rows* rows, int kc, int dqk,
-                             int stride, bool aligned, float* k_s, int tid, int threads) {
-  const int groups = dqk / 8;
-  for (int u = tid; u < kc * groups; u += threads) {
-    const int r = u / groups;
-    const int d0 = (u % groups) * 8;
-    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    const chunk_rows row = rows[r];
-    if (row.src != nullptr) dequant8(cache, row, d0, aligned, v);
-    float* dst = k_s + r * stride + d0;
-    *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
-    *reinterpret_cast<float4*>(dst + 4) = make_float4(v[4], v[5], v[6], v[7]);
+// Dims [d0, d0 + 8) of a valid row of `cache` (dequant_entry's values).
+DSV4_DEV void dequant8(const dsv4_mod_cache& cache, const chunk_rows& row, int d0, bool aligned,
+                       float* out) {
+  raw8 r{{0u, 0u, 0u, 0u}, 0u};
+  load_raw8(cache, row, d0, aligned, &r);
+  convert_raw8(cache, r, d0, out);
+}
+
+// The chunk's KC rows as fp32 [KC][stride] (invalid rows zero, so they add nothing and a NaN in an
+// unreferenced row never leaks), 8 dims per work unit, NT threads. Each thread takes its units in
+// as few batches as fit in registers (at most 9 units, so one batch from 128 threads up): first
+// every load of the batch, then the conversions and the shared-memory stores. One gather latency
+// per batch, not one per unit.
+template <int KC, int DQK, int NT>
+DSV4_DEV void stage_rows_f32(const dsv4_mod_cache& cache, const chunk_rows* rows, int stride,
+                             bool aligned, float* k_s, int tid) {
+  constexpr int kGroups = DQK / 8;
+  constexpr int kUnits = KC * kGroups;
+  constexpr int kPer = (kUnits + NT - 1) / NT;  // units per thread
+  constexpr int kBatches = (kPer + 8) / 9;      // ceil(kPer / 9)
+  constexpr int kBatch = (kPer + kBatches - 1) / kBatches;
+  // Batches stay a loop (the inner loops unroll, so raw[] lives in registers): unrolling the
+  // batches too is more code than clang's AMDGPU unroller accepts for the small-block kernels.
+#pragma unroll 1
+  for (int b0 = 0; b0 < kBatches * kBatch; b0 += kBatch) {
+    raw8 raw[kBatch];
+    bool valid[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int u = tid + (b0 + i) * NT;
+      raw[i] = raw8{{0u, 0u, 0u, 0u}, 0u};
+      valid[i] = false;
+      if (b0 + i < kPer && u < kUnits) {
+        const chunk_rows row = rows[u / kGroups];
+        if (row.src != nullptr) {
+          valid[i] = true;
+          load_raw8(cache, row, (u % kGroups) * 8, aligned, &raw[i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int u = tid + (b0 + i) * NT;
+      if (b0 + i >= kPer || u >= kUnits) continue;
+      const int d0 = (u % kGroups) * 8;
+      float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+      if (valid[i]) convert_raw8(cache, raw[i], d0, v);
+      float* dst = k_s + (u / kGroups) * stride + d0;
+      *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    }
   }
 }
 

@@ -119,11 +119,11 @@ __global__ void DSV4_KERNEL_BOUNDS(kMfmaThreads) attention_mfma_kernel(const att
   const int head0 = item.group * HG;
 
   if (tid < 2) counts[tid] = list_count(p, t, tid);
-  if (tid < HG) {
-    m_s[tid] = -INFINITY;
-    l_s[tid] = 0.0f;
-    alpha_s[tid] = 1.0f;
-  }
+  // The softmax row of this thread (TPR threads per head row): its running max and sum live in
+  // registers (every thread of the row computes the same values), m_s / l_s only at the end.
+  constexpr int kTPR = kMfmaThreads / HG;
+  float m_run = -INFINITY;
+  float l_run = 0.0f;
   // Q as A fragments: row (head) tile * 16 + lane % 16, dims 4 * (lane / 16) .. + 3 of each
   // 16-dim step of this wavefront's part.
   uint16_t qa[S::kQkSteps][4];
@@ -181,7 +181,7 @@ __global__ void DSV4_KERNEL_BOUNDS(kMfmaThreads) attention_mfma_kernel(const att
 
     // Online softmax (base 2): TPR threads per head row over the summed partials.
     {
-      constexpr int TPR = kMfmaThreads / HG;
+      constexpr int TPR = kTPR;
       constexpr int KPT = KC / TPR;
       const int r = tid / TPR;
       const int k0 = (tid % TPR) * KPT;
@@ -198,7 +198,7 @@ __global__ void DSV4_KERNEL_BOUNDS(kMfmaThreads) attention_mfma_kernel(const att
       }
 #pragma unroll
       for (int off = TPR / 2; off > 0; off /= 2) cmax = fmaxf(cmax, shfl_xor(cmax, off));
-      const float m_old = m_s[r];
+      const float m_old = m_run;
       const float m_new = fmaxf(m_old, cmax);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
       const float vs = p.value_scale[li];
@@ -211,12 +211,10 @@ __global__ void DSV4_KERNEL_BOUNDS(kMfmaThreads) attention_mfma_kernel(const att
       }
 #pragma unroll
       for (int off = TPR / 2; off > 0; off /= 2) sum += shfl_xor(sum, off);
-      if (tid % TPR == 0) {
-        const float alpha = exp2f(m_old - m_use);
-        alpha_s[r] = alpha;
-        l_s[r] = l_s[r] * alpha + sum;
-        m_s[r] = m_new;
-      }
+      const float alpha = exp2f(m_old - m_use);
+      l_run = l_run * alpha + sum;
+      m_run = m_new;
+      if (tid % TPR == 0) alpha_s[r] = alpha;
     }
     __syncthreads();
 
@@ -237,6 +235,10 @@ __global__ void DSV4_KERNEL_BOUNDS(kMfmaThreads) attention_mfma_kernel(const att
         mfma_tile(a, b, o[n]);
       }
     }
+  }
+  if (tid % kTPR == 0) {
+    m_s[tid / kTPR] = m_run;
+    l_s[tid / kTPR] = l_run;
   }
   __syncthreads();
 

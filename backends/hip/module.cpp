@@ -84,9 +84,11 @@ dsv4_status guarded(const char* what, Fn&& fn) noexcept {
   return guarded_slot(fail, what, static_cast<Fn&&>(fn));
 }
 
-// The runtime, opened once; false with the reason when there is none.
+// The runtime, opened once; false with the reason when there is none. DSV4_HIP_RUNTIME names a
+// library to load, so a setuid/setgid process ignores it (secure_getenv), as the loader ignores
+// DSV4_BACKEND_PATH.
 bool open_runtime(std::string* reason) {
-  return runtime_open(host_env("DSV4_HIP_RUNTIME"), reason);
+  return runtime_open(secure_getenv("DSV4_HIP_RUNTIME"), reason);
 }
 
 // Makes `device` current for the scope and restores the caller's device afterwards.

@@ -145,6 +145,7 @@ inline hipError_t query_device(int device, device_attributes* a) {
 #define warpSize (::dsv4::emu::warp_size())
 #define __syncthreads() ::dsv4::emu::sync_block()
 #define DSV4_KERNEL_BOUNDS(threads)
+#define DSV4_KERNEL_BOUNDS_MIN(threads, blocks)
 #define DSV4_DYNAMIC_SMEM(name) uint8_t* const name = ::dsv4::emu::dynamic_smem()
 struct alignas(16) uint4 {
   uint32_t x, y, z, w;
@@ -160,6 +161,13 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 #define DSV4_DEVICE_CODE 1
 #elif defined(__CUDACC__) || defined(__HIPCC__)
 #define DSV4_KERNEL_BOUNDS(threads) __launch_bounds__(threads)
+// Also at least `blocks` resident blocks per SM (NVIDIA: caps the registers). HIP's second bound
+// means something else (waves per EU), so AMD builds take the thread bound only.
+#if defined(DSV4_HIP_ON_NVIDIA)
+#define DSV4_KERNEL_BOUNDS_MIN(threads, blocks) __launch_bounds__(threads, blocks)
+#else
+#define DSV4_KERNEL_BOUNDS_MIN(threads, blocks) __launch_bounds__(threads)
+#endif
 #define DSV4_DYNAMIC_SMEM(name) extern __shared__ __attribute__((aligned(16))) uint8_t name[]
 #define DSV4_DEVICE_CODE 1
 #endif

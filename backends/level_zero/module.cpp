@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -77,9 +78,9 @@ struct runtime {
 const runtime& rt() {
   static const runtime r = [] {
     runtime out;
-    const char* path = g_host != nullptr && g_host->get_env != nullptr
-                           ? g_host->get_env("DSV4_LEVEL_ZERO_LOADER")
-                           : nullptr;
+    // A library path from the environment: ignored by setuid/setgid processes (secure_getenv),
+    // as the loader ignores DSV4_BACKEND_PATH.
+    const char* path = secure_getenv("DSV4_LEVEL_ZERO_LOADER");
     if (path == nullptr || *path == '\0') path = "libze_loader.so.1";
     void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);  // never closed: modules are never unloaded
     if (lib == nullptr) {

@@ -148,7 +148,7 @@ func ensureLoaded() error {
 	return LoadLibrary(path)
 }
 
-// Version is the loaded library's version string ("0.1.0").
+// Version is the loaded library's version string ("0.2.0").
 func Version() (string, error) {
 	if err := ensureLoaded(); err != nil {
 		return "", err

@@ -309,6 +309,24 @@ def host_section(context, results):
     return table(["case", "host µs per call", "GPU µs per call", "target (µs)"], rows)
 
 
+def portable_section(context, results):
+    """A portable backend's benchmark (bench/hip, bench/intel): µs, rates and the fractions of the
+    device's copy bandwidth and FP32 FMA rate measured in the same run, with the kernel taken."""
+    rows = []
+    for r in results:
+        case = r.name.split("/")[0]
+        if r.error:
+            rows.append([case, f"error: {r.error}", "", "", "", "", ""])
+            continue
+        c = r.counters
+        frac = lambda key: f"{c[key]:.3f}" if key in c else ""
+        rows.append([case, fmt_us(r.us), f"{c['GB/s']:.0f}" if "GB/s" in c else "",
+                     f"{c['GFLOP/s']:.0f}" if "GFLOP/s" in c else "", frac("copy_frac"),
+                     frac("fma_frac"), f"`{r.label}`" if r.label else ""])
+    return table(["case", "µs", "GB/s", "GFLOP/s", "of copy bandwidth", "of FP32 FMA rate",
+                  "kernel"], rows)
+
+
 def cuda_series(results):
     """{config: {batch: Result}} of the FP8 decode cases and {heads: {batch: µs}} of the head counts."""
     decode, heads = {}, {}
@@ -513,6 +531,13 @@ is the same case's time under `DSV4_PLAN_FLAG_BATCH_INVARIANT` over the default 
 module picks its kernels and where each case is limited: [cuda-backend.md](cuda-backend.md).
 """
 
+HIP_TEXT = """\
+The HIP module's portable SIMT kernel, built from the same HIP source by nvcc for the H200
+(`DSV4_HIP_ON_NVIDIA`, a test build; on AMD GPUs the same benchmark binary runs as is). The
+fractions are of the copy bandwidth and the FP32 FMA rate that the benchmark measures on the same
+GPU in the same run. Design, estimates and what has run where: [hip-backend.md](hip-backend.md).
+"""
+
 HOST_TEXT = """\
 What one call costs the host (bench/gpu/bench_host_overhead.cpp): `dsv4_run` on a planned CONFIG1
 b=2 step (argument checks, workspace carving, the launches), the same step replayed from a CUDA
@@ -540,7 +565,7 @@ def sections(results_dir):
     for path in sorted(glob.glob(os.path.join(results_dir, "*.json"))):
         context, results = load(path)
         out.append((backend_of(context, results), os.path.basename(path), context, results))
-    order = {"cpu": 0, "cuda": 1}
+    order = {"cpu": 0, "cuda": 1, "hip": 2}
     return sorted(out, key=lambda s: (order.get(s[0], 2), is_host_overhead(s[3]), s[1]))
 
 
@@ -556,7 +581,9 @@ def render(root):
     summaries = {}
     for backend, file_name, context, results in sections(os.path.join(root, RESULTS)):
         device = context.get("device", "?")
-        if backend == "cuda" and is_host_overhead(results):
+        if backend == "hip":
+            lines.append(f"## HIP backend (`libdsv4-hip.so`): {device.split(' (')[0]}\n")
+        elif backend == "cuda" and is_host_overhead(results):
             lines.append(f"## CUDA host overhead per call: {device.split(' (')[0]}\n")
         elif backend == "cuda":
             lines.append(f"## CUDA backend (`libdsv4-cuda.so`): {device.split(' (')[0]}\n")
@@ -564,7 +591,10 @@ def render(root):
             threads = f", {context['threads']} thread(s)" if context.get("threads") else ""
             lines.append(f"## CPU backend (`libdsv4-cpu.so`): {device.split(',')[0]}{threads}\n")
         lines += source_lines(context) + [f"- Data: `{RESULTS}/{file_name}`", ""]
-        if backend == "cuda" and is_host_overhead(results):
+        if backend == "hip":
+            lines.append(HIP_TEXT)
+            lines += portable_section(context, results) + [""]
+        elif backend == "cuda" and is_host_overhead(results):
             lines.append(HOST_TEXT)
             lines += host_section(context, results) + [""]
         elif backend == "cuda":

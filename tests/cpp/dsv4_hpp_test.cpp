@@ -5,9 +5,11 @@
 // fixture).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <dsv4/dsv4.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -194,6 +196,7 @@ TEST(Hpp, VectorsMatchTheReference) {
   options.device = g_device->device();
   if (std::getenv("DSV4_BACKEND") == nullptr) options.backend = g_device->backend();
   dsv4::Context ctx(options);
+  int served = 0;  // attention cases the backend planned
   for (int i = 0; i < vectors().num_cases; ++i) {
     const vec_case& c = vectors().cases[i];
     SCOPED_TRACE(c.name);
@@ -221,7 +224,18 @@ TEST(Hpp, VectorsMatchTheReference) {
       EXPECT_TRUE(matches_reference(c, got));
       continue;
     }
-    dsv4::Plan plan(ctx, plan_options(c));
+    std::optional<dsv4::Plan> planned;
+    try {
+      planned.emplace(ctx, plan_options(c));
+    } catch (const dsv4::Error& e) {
+      // A case the backend does not serve (e.g. FP8 FNUZ bytes on CUDA) is refused at plan
+      // creation with UNSUPPORTED, as the C ABI promises; anything else fails the test.
+      if (e.status() != DSV4_STATUS_UNSUPPORTED) throw;
+      std::printf("[ UNSERVED ] %s: %s\n", c.name, e.message().c_str());
+      continue;
+    }
+    ++served;
+    const dsv4::Plan& plan = *planned;
     dsv4test::DeviceBuffer workspace(g_device, plan.workspace_size());
     std::vector<dsv4test::DeviceBuffer> buffers;
     std::vector<dsv4::Tensor> tensors;
@@ -269,6 +283,7 @@ TEST(Hpp, VectorsMatchTheReference) {
       got.bytes.push_back(buffers[c.num_inputs + k].download<uint8_t>());
     EXPECT_TRUE(matches_reference(c, got));
   }
+  EXPECT_GT(served, 0) << "the backend served none of the attention cases";
 }
 
 // The same case from several threads at once on one plan, each with its own workspace.

@@ -38,7 +38,7 @@ __all__ = [
 
 
 def version():
-    """The loaded library's version string, e.g. "0.1.0"."""
+    """The loaded library's version string, e.g. "0.2.0"."""
     return _lib.lib().dsv4_get_version_string().decode()
 
 
