@@ -20,7 +20,7 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 cmake -S . -B "$B" -G Ninja -DDSV4_BACKEND_CUDA=ON -DDSV4_CUDA_ARCHITECTURES="${ARCH}-real" \
   -DDSV4_BUILD_BENCH=OFF -DDSV4_BUILD_EXAMPLES=OFF >"$OUT/build.log" 2>&1 &&
-  cmake --build "$B" -j"$(nproc)" --target dsv4_kv_writer_test dsv4_paged_test >>"$OUT/build.log" 2>&1 ||
+  cmake --build "$B" -j"$(nproc)" --target dsv4-backend-cuda dsv4_kv_writer_test dsv4_paged_test >>"$OUT/build.log" 2>&1 ||
   { tail -30 "$OUT/build.log"; exit 1; }
 export DSV4_TEST_DEVICE=cuda
 status=0
