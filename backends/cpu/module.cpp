@@ -225,11 +225,8 @@ dsv4_status slot_kv_write(void* mctx, const dsv4_mod_kv_write* write) {
 
 dsv4_status slot_merge(void* mctx, const dsv4_mod_merge* m) {
   return guarded("merge", [&] {
-    if (mctx == nullptr || m == nullptr)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "merge: NULL argument");
-    if (m->struct_size < sizeof(dsv4_mod_merge))
-      return fail(DSV4_STATUS_ABI_MISMATCH, "merge: dsv4_mod_merge of %u bytes, need %zu",
-                  m->struct_size, sizeof(dsv4_mod_merge));
+    const dsv4_status checked = check_merge_header(fail, mctx, m);
+    if (checked != DSV4_STATUS_OK) return checked;
     return merge(*static_cast<context*>(mctx)->pool, *m);
   });
 }

@@ -512,18 +512,8 @@ dsv4_status slot_run(const void* mplan, const dsv4_mod_run* run) {
 
 dsv4_status slot_kv_write(void* mctx, const dsv4_mod_kv_write* write) {
   return guarded("kv_write", [&] {
-    if (mctx == nullptr || write == nullptr)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: NULL argument");
-    if (write->struct_size < sizeof(dsv4_mod_kv_write))
-      return fail(DSV4_STATUS_ABI_MISMATCH, "kv_write: dsv4_mod_kv_write of %u bytes, need %zu",
-                  write->struct_size, sizeof(dsv4_mod_kv_write));
-    if (!layout_is_known(write->cache.layout))
-      return fail(DSV4_STATUS_UNSUPPORTED, "kv_write: layout %u", write->cache.layout);
-    if (write->dim != layout_head_dim_qk(write->cache.layout))
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: dim %d, layout %u holds %d", write->dim,
-                  write->cache.layout, layout_head_dim_qk(write->cache.layout));
-    if (write->cache.block_size < 1)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: block_size %d", write->cache.block_size);
+    const dsv4_status checked = check_kv_write_header(fail, mctx, write);
+    if (checked != DSV4_STATUS_OK) return checked;
     const context* ctx = static_cast<const context*>(mctx);
     device_scope scope(ctx->device);
     if (scope.status() != cudaSuccess) return cuda_fail(scope.status(), "kv_write: cudaSetDevice");
@@ -539,15 +529,10 @@ dsv4_status slot_kv_write(void* mctx, const dsv4_mod_kv_write* write) {
 dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch,
                                 const dsv4_mod_export* exp) {
   return guarded("export_indices", [&] {
-    if (mplan == nullptr || batch == nullptr || exp == nullptr || exp->plan == nullptr)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: NULL argument");
-    if (exp->struct_size < sizeof(dsv4_mod_export))
-      return fail(DSV4_STATUS_ABI_MISMATCH, "export_indices: dsv4_mod_export of %u bytes",
-                  exp->struct_size);
+    const dsv4_status checked = check_export_header(fail, mplan, batch, exp);
+    if (checked != DSV4_STATUS_OK) return checked;
     const plan* p = static_cast<const plan*>(mplan);
     const dsv4_mod_plan& o = *exp->plan;
-    if (o.mode != DSV4_MODE_PAGED)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: not a paged plan");
     export_params e{};
     e.geometry = paged_geometry_of(o);
     e.capacity.swa = batch->swa_cache.base != nullptr
@@ -562,15 +547,7 @@ dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch,
     e.swa = exp->swa;
     e.cmp = exp->cmp;
     e.combined = exp->combined;
-    if (e.format != DSV4_EXPORT_FLASHMLA && e.format != DSV4_EXPORT_CSR &&
-        e.format != DSV4_EXPORT_FLASHINFER)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: unknown format %u", e.format);
-    if (e.format == DSV4_EXPORT_FLASHINFER && e.combined.col_stride != 1)
-      return fail(DSV4_STATUS_UNSUPPORTED,
-                  "export_indices: combined_indices needs a contiguous last dimension");
     if (e.format == DSV4_EXPORT_CSR) {
-      if (e.swa.indptr == nullptr || (e.cmp.indices != nullptr && e.cmp.indptr == nullptr))
-        return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: CSR needs indptr arrays");
       if (e.geometry.window + static_cast<int64_t>(e.geometry.cmp_width) > kExportMaxCsrWidth)
         return fail(DSV4_STATUS_UNSUPPORTED, "export_indices: CSR lists wider than %lld entries",
                     static_cast<long long>(kExportMaxCsrWidth));
@@ -586,11 +563,8 @@ dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch,
 
 dsv4_status slot_merge(void* mctx, const dsv4_mod_merge* m) {
   return guarded("merge", [&] {
-    if (mctx == nullptr || m == nullptr)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "merge: NULL argument");
-    if (m->struct_size < sizeof(dsv4_mod_merge))
-      return fail(DSV4_STATUS_ABI_MISMATCH, "merge: dsv4_mod_merge of %u bytes, need %zu",
-                  m->struct_size, sizeof(dsv4_mod_merge));
+    const dsv4_status checked = check_merge_header(fail, mctx, m);
+    if (checked != DSV4_STATUS_OK) return checked;
     const context* ctx = static_cast<const context*>(mctx);
     device_scope scope(ctx->device);
     if (scope.status() != cudaSuccess) return cuda_fail(scope.status(), "merge: cudaSetDevice");

@@ -475,9 +475,7 @@ dsv4_status slot_run(const void* mplan, const dsv4_mod_run* run) {
 
 dsv4_status slot_kv_write(void* mctx, const dsv4_mod_kv_write* write) {
   return guarded("kv_write", [&] {
-    if (mctx == nullptr || write == nullptr)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: NULL argument");
-    const dsv4_status checked = clk::check_kv_write(fail, *write);
+    const dsv4_status checked = check_kv_write_header(fail, mctx, write);
     if (checked != DSV4_STATUS_OK) return checked;
     if (write->num_rows <= 0) return DSV4_STATUS_OK;
     context* ctx = static_cast<context*>(mctx);
@@ -496,9 +494,7 @@ dsv4_status slot_kv_write(void* mctx, const dsv4_mod_kv_write* write) {
 dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch,
                                 const dsv4_mod_export* exp) {
   return guarded("export_indices", [&] {
-    if (mplan == nullptr || batch == nullptr || exp == nullptr || exp->plan == nullptr)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: NULL argument");
-    const dsv4_status checked = clk::check_export(fail, *exp);
+    const dsv4_status checked = check_export_header(fail, mplan, batch, exp);
     if (checked != DSV4_STATUS_OK) return checked;
     const plan* p = static_cast<const plan*>(mplan);
     // A CSR step without tokens still writes indptr[0] = 0 (clk::plan_export).
@@ -515,11 +511,8 @@ dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch,
 
 dsv4_status slot_merge(void* mctx, const dsv4_mod_merge* m) {
   return guarded("merge", [&] {
-    if (mctx == nullptr || m == nullptr)
-      return fail(DSV4_STATUS_INVALID_ARGUMENT, "merge: NULL argument");
-    if (m->struct_size < sizeof(dsv4_mod_merge))
-      return fail(DSV4_STATUS_ABI_MISMATCH, "merge: dsv4_mod_merge of %u bytes, need %zu",
-                  m->struct_size, sizeof(dsv4_mod_merge));
+    const dsv4_status checked = check_merge_header(fail, mctx, m);
+    if (checked != DSV4_STATUS_OK) return checked;
     if (static_cast<int64_t>(m->num_tokens) * m->num_heads <= 0) return DSV4_STATUS_OK;
     context* ctx = static_cast<context*>(mctx);
     cl_command_queue queue = static_cast<cl_command_queue>(m->stream);

@@ -360,41 +360,6 @@ inline void plan_export(const dsv4_mod_plan& plan, const dsv4_mod_run& batch,
   rows.add_value(er);
 }
 
-// The checks of a kv_write request that only a module can make (device values are never read:
-// rows beyond the capacity are skipped by the kernel).
-inline dsv4_status check_kv_write(fail_fn fail, const dsv4_mod_kv_write& w) {
-  if (w.struct_size < sizeof(dsv4_mod_kv_write))
-    return fail(DSV4_STATUS_ABI_MISMATCH, "kv_write: dsv4_mod_kv_write of %u bytes, need %zu",
-                w.struct_size, sizeof(dsv4_mod_kv_write));
-  if (!layout_is_known(w.cache.layout))
-    return fail(DSV4_STATUS_UNSUPPORTED, "kv_write: layout %u", w.cache.layout);
-  if (w.dim != layout_head_dim_qk(w.cache.layout))
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: dim %d, layout %u holds %d", w.dim,
-                w.cache.layout, layout_head_dim_qk(w.cache.layout));
-  if (w.cache.block_size < 1)
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "kv_write: block_size %d", w.cache.block_size);
-  return DSV4_STATUS_OK;
-}
-
-// The checks of an export request that only a module can make.
-inline dsv4_status check_export(fail_fn fail, const dsv4_mod_export& exp) {
-  if (exp.struct_size < sizeof(dsv4_mod_export))
-    return fail(DSV4_STATUS_ABI_MISMATCH, "export_indices: dsv4_mod_export of %u bytes",
-                exp.struct_size);
-  if (exp.plan == nullptr || exp.plan->mode != DSV4_MODE_PAGED)
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: not a paged plan");
-  if (exp.format != DSV4_EXPORT_FLASHMLA && exp.format != DSV4_EXPORT_CSR &&
-      exp.format != DSV4_EXPORT_FLASHINFER)
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: unknown format %u", exp.format);
-  if (exp.format == DSV4_EXPORT_FLASHINFER && exp.combined.col_stride != 1)
-    return fail(DSV4_STATUS_UNSUPPORTED,
-                "export_indices: combined_indices needs a contiguous last dimension");
-  if (exp.format == DSV4_EXPORT_CSR &&
-      (exp.swa.indptr == nullptr || (exp.cmp.indices != nullptr && exp.cmp.indptr == nullptr)))
-    return fail(DSV4_STATUS_INVALID_ARGUMENT, "export_indices: CSR needs indptr arrays");
-  return DSV4_STATUS_OK;
-}
-
 // The checks of a run that only a module can make: capacity and workspace.
 inline dsv4_status check_run(fail_fn fail, const dsv4_mod_plan& plan, const dsv4_mod_run& run) {
   if (run.num_tokens > plan.max_tokens)
