@@ -9,6 +9,7 @@
 
 #include "common/index.h"
 #include "common/layout.h"
+#include "common/paged_export.h"
 #include "common/paged_index.h"
 #include "dsv4_backend.h"
 #include "dsv4_backend_export.h"
@@ -237,14 +238,6 @@ namespace dsv4 {
 namespace cuda {
 
 // Paged-mode index export (dsv4_export_indices) in one of the engines' formats.
-struct export_params {
-  paged_geometry geometry;
-  paged_capacity capacity;
-  dsv4_mod_paged_batch batch;
-  int64_t num_tokens;
-  uint32_t format;  // DSV4_EXPORT_*
-  dsv4_mod_export_list swa, cmp, combined;
-};
 // Largest list width the CSR exporter stages in shared memory.
 constexpr int64_t kExportMaxCsrWidth = 12288;
 cudaError_t export_launch(const export_params& p, cudaStream_t stream);

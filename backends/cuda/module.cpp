@@ -532,21 +532,7 @@ dsv4_status slot_export_indices(const void* mplan, const dsv4_mod_run* batch,
     const dsv4_status checked = check_export_header(fail, mplan, batch, exp);
     if (checked != DSV4_STATUS_OK) return checked;
     const plan* p = static_cast<const plan*>(mplan);
-    const dsv4_mod_plan& o = *exp->plan;
-    export_params e{};
-    e.geometry = paged_geometry_of(o);
-    e.capacity.swa = batch->swa_cache.base != nullptr
-                         ? batch->swa_cache.num_blocks * batch->swa_cache.block_size
-                         : 0;
-    e.capacity.cmp = batch->extra_cache.base != nullptr
-                         ? batch->extra_cache.num_blocks * batch->extra_cache.block_size
-                         : 0;
-    e.batch = batch->paged;
-    e.num_tokens = batch->num_tokens;
-    e.format = exp->format;
-    e.swa = exp->swa;
-    e.cmp = exp->cmp;
-    e.combined = exp->combined;
+    const export_params e = export_params_of(*exp->plan, *batch, *exp);
     if (e.format == DSV4_EXPORT_CSR) {
       if (e.geometry.window + static_cast<int64_t>(e.geometry.cmp_width) > kExportMaxCsrWidth)
         return fail(DSV4_STATUS_UNSUPPORTED, "export_indices: CSR lists wider than %lld entries",

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "common/index.h"
+#include "common/paged_export.h"
 #include "common/paged_index.h"
 #include "dsv4_backend.h"
 #include "dsv4_backend_export.h"
@@ -103,14 +104,6 @@ struct paged_build_params {
 hipError_t paged_build_launch(const paged_build_params& p, hipStream_t stream);
 
 // Paged-mode index export (dsv4_export_indices) in one of the engines' formats.
-struct export_params {
-  paged_geometry geometry;
-  paged_capacity capacity;
-  dsv4_mod_paged_batch batch;
-  int64_t num_tokens;
-  uint32_t format;  // DSV4_EXPORT_*
-  dsv4_mod_export_list swa, cmp, combined;
-};
 // Largest list width the CSR exporter stages in shared memory (48 KB: every device has it).
 constexpr int64_t kExportMaxCsrWidth = 12288;
 hipError_t export_launch(const export_params& p, hipStream_t stream);
