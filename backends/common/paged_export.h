@@ -23,9 +23,8 @@ inline export_params export_params_of(const dsv4_mod_plan& plan, const dsv4_mod_
                                       const dsv4_mod_export& exp) {
   export_params e{};
   e.geometry = paged_geometry_of(plan);
-  e.capacity.swa = batch.swa_cache.base != nullptr
-                       ? batch.swa_cache.num_blocks * batch.swa_cache.block_size
-                       : 0;
+  e.capacity.swa =
+      batch.swa_cache.base != nullptr ? batch.swa_cache.num_blocks * batch.swa_cache.block_size : 0;
   e.capacity.cmp = batch.extra_cache.base != nullptr
                        ? batch.extra_cache.num_blocks * batch.extra_cache.block_size
                        : 0;
