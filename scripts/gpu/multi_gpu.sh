@@ -4,7 +4,9 @@
 # 2, 4 (when there are 4 GPUs) and 1 GPU(s) through torchrun, CONFIG1 / CONFIG2 steps at b = 64 and
 # 256, NCCL's NVLink multicast off (NCCL_NVLS_ENABLE=0). Every case checks its result against a
 # single-GPU run; the per-step times (attention, NCCL exchange, merge) are JSON records collected
-# into DIR/multi_gpu.json, with each run's log beside them.
+# into DIR/multi_gpu.json, with each run's log beside them, and converted into DIR/multi-gpu.json
+# (Google Benchmark JSON, by scripts/perf/multi_gpu_results.py): copy that to
+# bench/results/multi-gpu-<machine>.json for docs/performance.md (scripts/perf/make_performance.py).
 #
 #   scripts/gpu/multi_gpu.sh [DIR]        (default: $OUT, else ./gpu-out/multi_gpu)
 #
@@ -55,5 +57,10 @@ for r in sorted(records, key=lambda r: (r["example"], r["config"], r["b"], r["wo
         r["example"], r["config"], r["b"], r["world"], r["attention_us"], r["exchange_us"],
         r.get("merge_us", 0.0), r["step_us"], r["single_gpu_attention_us"], r["passed"]))
 PY
+# The same records as Google Benchmark JSON for docs/performance.md (device probed through torch and
+# nvidia-smi; commit: $DSV4_COMMIT, else git).
+"$PYTHON" scripts/perf/multi_gpu_results.py "$OUT/multi_gpu.json" "$OUT/multi-gpu.json" \
+  --command "scripts/gpu/multi_gpu.sh DIR${ARGS:+ (ARGS='$ARGS')}" 2>&1 | tee -a "$OUT/summary.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 log "multi_gpu.sh rc=$rc"
 exit $rc
