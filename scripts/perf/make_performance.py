@@ -53,6 +53,21 @@ CUDA (the GPU benchmark; what the page expects from it):
   Other counters are ignored. The small-head rows are compared with cuda/CONFIG1/heads:64/b:N, or
   with cuda/CONFIG1/b:N where that is absent (the same shape).
 
+Several GPUs (examples/python/tensor_parallel.py and context_parallel.py through
+scripts/gpu/multi_gpu.sh, converted by scripts/perf/multi_gpu_results.py; context backend
+"multi-gpu"; one file per host):
+  multi_gpu/tensor_parallel/CONFIG1/b:64/gpus:2    an example (tensor_parallel, context_parallel),
+                                                   a step of FlashMLA's CONFIG1 / CONFIG2 size, b
+                                                   requests, on 1, 2 or 4 GPUs (ranks)
+  real_time                                        the step (attention + exchange [+ merge])
+  counter attention_us                             libdsv4's attention on a rank
+  counter exchange_us                              the NCCL all_gather (a copy on 1 GPU)
+  counter merge_us                                 dsv4_merge of the partials (context parallel)
+  counter single_gpu_attention_us                  all heads over the whole context on one GPU,
+                                                   timed in the same run
+  counter passed                                   1 when the example's checks passed, else 0
+  The attention ratio is attention_us / single_gpu_attention_us. Other counters are ignored.
+
 The plots need matplotlib (Debian: python3-matplotlib); --check does not.
 """
 import argparse
@@ -496,6 +511,98 @@ def plot_names(file_name, results):
     return names
 
 
+# ---------------------------------------------------------------------------------------- multi-GPU
+
+EXAMPLES = {"tensor_parallel": "tensor parallel", "context_parallel": "context parallel"}
+# Issue 55's target: per-rank attention at 2 ranks <= 0.6x the 1-GPU time for 128 heads (CONFIG2),
+# b = 256.
+MULTI_GPU_TARGET = dict(config="CONFIG2", b=256, gpus=2, ratio=0.6)
+
+
+def is_multi_gpu(results):
+    """Whether a results file is the multi-GPU examples' (every name multi_gpu/...)."""
+    return bool(results) and all(r.parts[:1] == ["multi_gpu"] for r in results)
+
+
+def multi_gpu_key(r):
+    example = r.parts[1] if len(r.parts) > 1 else r.name
+    config = r.parts[2] if len(r.parts) > 2 else ""
+    return (list(EXAMPLES).index(example) if example in EXAMPLES else len(EXAMPLES), example, config,
+            r.param("b", 0), r.param("gpus", 0))
+
+
+def multi_gpu_case(r):
+    return f"{r.parts[2] if len(r.parts) > 2 else '?'} b={r.params.get('b', '?')}"
+
+
+def attention_ratio(r):
+    attention, single = r.counters.get("attention_us"), r.counters.get("single_gpu_attention_us")
+    return attention / single if attention and single else None
+
+
+def multi_gpu_section(context, results, four_gpu_run):
+    """One row per example, case and GPU count; then the checks, the steps faster than on one
+    GPU, issue 55's target, and whether a 4-GPU run exists (`four_gpu_run`: in any results file)."""
+    results = sorted(results, key=multi_gpu_key)
+    rows = []
+    for r in results:
+        example = EXAMPLES.get(r.parts[1], r.parts[1]) if len(r.parts) > 1 else r.name
+        gpus = str(r.params.get("gpus", "?"))
+        if r.error:
+            rows.append([example, multi_gpu_case(r), gpus, f"error: {r.error}"] + [""] * 5)
+            continue
+        c = r.counters
+        failed = " (check failed)" if c.get("passed") == 0 else ""
+        rows.append([example, multi_gpu_case(r) + failed, gpus, fmt_us(c.get("attention_us")),
+                     fmt_us(c.get("exchange_us")), fmt_us(c.get("merge_us")), fmt_us(r.us),
+                     fmt_us(c.get("single_gpu_attention_us")), fmt_ratio(attention_ratio(r))])
+    lines = table(["example", "case", "GPUs", "attention µs", "NCCL exchange µs", "merge µs",
+                   "step µs", "1-GPU attention µs", "attention ratio"], rows) + [""]
+    timed = [r for r in results if not r.error]
+    failed = [r for r in timed if r.counters.get("passed") == 0]
+    if timed and not failed:
+        lines.append(f"Checks: all {len(timed)} cases matched the single-GPU run on every token and "
+                     "the float64 reference on the sampled tokens (spec 2.4 rule).")
+    elif failed:
+        lines.append(f"Checks: {len(failed)} of {len(timed)} cases failed: " + ", ".join(
+            f"{EXAMPLES.get(r.parts[1], r.parts[1])} {multi_gpu_case(r)} on {r.params.get('gpus')} GPU(s)"
+            for r in failed) + " (the records' `check` in the run's multi_gpu.json).")
+    one_gpu = {tuple(multi_gpu_key(r)[:4]): r for r in timed if r.param("gpus") == 1}
+    compared = [(r, one_gpu[multi_gpu_key(r)[:4]]) for r in timed
+                if r.param("gpus", 1) > 1 and multi_gpu_key(r)[:4] in one_gpu and r.us]
+    faster = [(r, base) for r, base in compared if r.us < base.us]
+    if compared:
+        if faster:
+            text = "Steps faster than the same example's step on 1 GPU: " + "; ".join(
+                f"{EXAMPLES.get(r.parts[1], r.parts[1])} {multi_gpu_case(r)} on "
+                f"{r.params.get('gpus')} GPUs ({fmt_us(r.us)} against {fmt_us(base.us)} µs)"
+                for r, base in faster) + "."
+            others = len(compared) - len(faster)
+            text += f" The other {others} multi-GPU steps are slower." if others else ""
+        else:
+            text = "Every multi-GPU step is slower than the same example's step on 1 GPU."
+        lines += ["", text]
+    target = MULTI_GPU_TARGET
+    measured = [r for r in timed if len(r.parts) > 2 and r.parts[2] == target["config"] and
+                r.param("b") == target["b"] and r.param("gpus") == target["gpus"] and
+                attention_ratio(r) is not None]
+    lines += ["", f"Target (issue 55): per-rank attention at {target['gpus']} ranks ≤ "
+              f"{target['ratio']}× the 1-GPU time for 128 heads, b = {target['b']}. " + (
+                  f"Measured ({target['config']} b={target['b']}, {target['gpus']} GPUs): " +
+                  ", ".join(f"{EXAMPLES.get(r.parts[1], r.parts[1])} {fmt_ratio(attention_ratio(r))}"
+                            f" ({'met' if attention_ratio(r) <= target['ratio'] else 'not met'})"
+                            for r in measured) + "."
+                  if measured else "Not measured in this run.")]
+    if not four_gpu_run:
+        counts = sorted({r.param("gpus") for r in results if isinstance(r.param("gpus"), int)})
+        lines += ["", "4 GPUs: no run yet. The 4-GPU rows come from `scripts/gpu/multi_gpu.sh` on a "
+                  "host with 4 GPUs (it runs each example on 2, 4 and 1 GPU(s) there); none has run, "
+                  "so this table has " + " and ".join([f"{n}-" for n in counts[:-1]] +
+                                                       [f"{n}-GPU" for n in counts[-1:]]) +
+                  " rows only."]
+    return lines + [""]
+
+
 # --------------------------------------------------------------------------------------------- page
 
 INTRO = """\
@@ -545,6 +652,29 @@ graph, and an empty kernel launch as the driver's floor. The GPU column is the d
 over the same bursts.
 """
 
+MULTI_GPU_TEXT = """\
+The Python examples on torch.distributed + NCCL (`examples/python/`, both run by
+`scripts/gpu/multi_gpu.sh`), on decode steps of FlashMLA's CONFIG1 / CONFIG2 sizes: b requests of
+s_q = 2 tokens at the end of a 65536-token context, FP8 584 B caches, per token the 128 SWA rows of
+its window plus its top-k compressed entries (CONFIG1: 64 heads, top-k 512; CONFIG2: 128 heads,
+top-k 1024), a sink per head. **Tensor parallel** (`tensor_parallel.py`) splits the heads over the
+GPUs: each rank runs libdsv4 with its slice of q and of the sink (sliced by head offset
+rank · H / N) over the whole cache, and the outputs are gathered (NCCL all_gather). **Context
+parallel** (`context_parallel.py`) shards each request's context (its SWA rows and compressed
+entries) over the GPUs: each rank runs libdsv4 over the keys it holds, without the sink, for a
+partial (out, lse); the partials are exchanged (NCCL all_gather) and merged by `dsv4_merge`, which
+applies the sink once. Each case is checked against a single-GPU run of all heads over the whole
+context and, on the first two requests' tokens, against the float64 reference.
+
+µs per step. "attention" is libdsv4's call on a rank; "NCCL exchange" the all_gather (on 1 GPU a
+device copy of the same buffers, no NCCL; on several, a rank's interval starts when its own
+attention ends, so it includes waiting for the slowest rank); "merge" the `dsv4_merge` of the
+partials (context parallel only); "step" all of these; "1-GPU attention" the single-GPU run of all
+heads over the whole context; "attention ratio" the per-rank attention over the 1-GPU attention.
+Context parallelism is for a context too large for one GPU's memory, which these runs do not
+measure.
+"""
+
 REGENERATE = """\
 ## How to regenerate
 
@@ -554,6 +684,10 @@ REGENERATE = """\
   `cuda-h200-host.json` (Google Benchmark JSON with `backend`, `device`, `commit` and `command` in
   its context block) into `<outdir>`; copy them to `bench/results/`. The names and counters the page expects are listed in the docstring of
   `scripts/perf/make_performance.py`.
+- Several GPUs: `scripts/gpu/multi_gpu.sh <outdir>` on a host with 2 or 4 GPUs writes
+  `multi-gpu.json` (Google Benchmark JSON converted from the examples' `multi_gpu.json` by
+  `scripts/perf/multi_gpu_results.py`) into `<outdir>`; copy it to
+  `bench/results/multi-gpu-<machine>.json`.
 - Then `python3 scripts/perf/make_performance.py` (needs python3-matplotlib for the plots) and commit
   the JSON, the page and `docs/img/`. `--check` compares the page with the data without writing.
 """
@@ -565,7 +699,7 @@ def sections(results_dir):
     for path in sorted(glob.glob(os.path.join(results_dir, "*.json"))):
         context, results = load(path)
         out.append((backend_of(context, results), os.path.basename(path), context, results))
-    order = {"cpu": 0, "cuda": 1, "hip": 2}
+    order = {"cpu": 0, "cuda": 1, "hip": 2, "multi-gpu": 3}
     return sorted(out, key=lambda s: (order.get(s[0], 2), is_host_overhead(s[3]), s[1]))
 
 
@@ -579,9 +713,18 @@ def render(root):
     lines = [INTRO]
     plots = []
     summaries = {}
-    for backend, file_name, context, results in sections(os.path.join(root, RESULTS)):
+    every = sections(os.path.join(root, RESULTS))
+    four_gpu_run = any(r.param("gpus") == 4 for _, _, _, results in every
+                       if is_multi_gpu(results) for r in results)
+    anchored = False
+    for backend, file_name, context, results in every:
         device = context.get("device", "?")
-        if backend == "hip":
+        if is_multi_gpu(results):
+            if not anchored:  # bindings/python/README.md links here
+                lines.append('<a id="several-gpus"></a>\n')
+                anchored = True
+            lines.append(f"## Several GPUs (torch.distributed + NCCL): {device.split(' (')[0]}\n")
+        elif backend == "hip":
             lines.append(f"## HIP backend (`libdsv4-hip.so`): {device.split(' (')[0]}\n")
         elif backend == "cuda" and is_host_overhead(results):
             lines.append(f"## CUDA host overhead per call: {device.split(' (')[0]}\n")
@@ -591,7 +734,10 @@ def render(root):
             threads = f", {context['threads']} thread(s)" if context.get("threads") else ""
             lines.append(f"## CPU backend (`libdsv4-cpu.so`): {device.split(',')[0]}{threads}\n")
         lines += source_lines(context) + [f"- Data: `{RESULTS}/{file_name}`", ""]
-        if backend == "hip":
+        if is_multi_gpu(results):
+            lines.append(MULTI_GPU_TEXT)
+            lines += multi_gpu_section(context, results, four_gpu_run)
+        elif backend == "hip":
             lines.append(HIP_TEXT)
             lines += portable_section(context, results) + [""]
         elif backend == "cuda" and is_host_overhead(results):
