@@ -375,6 +375,7 @@ class Plan(_Closable):
         self._host_workspaces = threading.local()
         self._torch_calls = threading.local()  # geometry -> argument struct (_run_torch)
         self._device_workspaces = {}  # stream handle -> framework tensor
+        self._workspace_pointers = {}  # stream handle -> (pointer, bytes): no per-run export
         self._lock = threading.Lock()
 
     @property
@@ -415,7 +416,9 @@ class Plan(_Closable):
             found = self._device_workspaces.get(key)
             if found is None:
                 found = _device.allocate_bytes(framework, self.device, self._workspace_size)
+                tensor = _Call(self.device, key, dict(workspace=found)).tensor("workspace", found)
                 self._device_workspaces[key] = found
+                self._workspace_pointers[key] = (tensor.pointer, self._workspace_size)
         return found
 
     def set_workspace(self, workspace, stream=None):
@@ -429,8 +432,10 @@ class Plan(_Closable):
         if tensor.nbytes < self._workspace_size:
             raise ValueError("workspace: %d bytes but the plan needs %d" %
                              (tensor.nbytes, self._workspace_size))
+        key = _device.stream_handle(stream)
         with self._lock:
-            self._device_workspaces[_device.stream_handle(stream)] = workspace
+            self._device_workspaces[key] = workspace
+            self._workspace_pointers[key] = (tensor.pointer, self._workspace_size)
 
     def run(self, workspace=None, workspace_bytes=None, stream=None, **tensors):
         """One dsv4_run. Tensor keywords are dsv4_run_args field names (q, swa_cache, out,
@@ -451,7 +456,7 @@ class Plan(_Closable):
         call = _Call(self.device, stream, tensors)
         _fill_run_args(call, args, tensors)
         if workspace is None:
-            args.workspace, args.workspace_bytes = self._own_workspace(call)
+            args.workspace, args.workspace_bytes = self._own_workspace(call.stream, call.framework)
         elif isinstance(workspace, int):
             args.workspace = workspace
             args.workspace_bytes = workspace_bytes if workspace_bytes is not None else \
@@ -463,16 +468,18 @@ class Plan(_Closable):
         args.stream = call.stream or None
         lib.dsv4_run(self.handle, ctypes.byref(args))
 
-    def _own_workspace(self, call):
-        """(pointer, bytes) of the plan's workspace for the call's stream."""
+    def _own_workspace(self, stream, framework):
+        """(pointer, bytes) of the plan's workspace for `stream` (allocated through `framework`
+        on first use)."""
         if self.device[0] == DeviceType.CPU:
             return self._host_workspace()
         if not self._workspace_size:
             return None, 0
-        space = self._device_workspaces.get(call.stream)
-        if space is None:
-            space = self.workspace(call.stream, call.framework)
-        return call.tensor("workspace", space).pointer, self._workspace_size
+        found = self._workspace_pointers.get(stream)
+        if found is None:
+            self.workspace(stream, framework)
+            found = self._workspace_pointers[stream]
+        return found
 
     def _run_torch(self, tensors):
         """The host's fast path for torch tensors on the producer's stream: the argument struct
@@ -483,7 +490,7 @@ class Plan(_Closable):
             if value is not None:
                 if type(value) is not _torch_tensor_type:
                     return False
-                key.append((name, value.shape, value.stride(), value.dtype, value.device))
+                key += (name, value.shape, value.stride(), value.dtype, value.device)
                 pointers.append(value.data_ptr())
         key = tuple(key)
         cache = self._torch_calls.__dict__
@@ -494,17 +501,15 @@ class Plan(_Closable):
             call = _Call(self.device, None, tensors)  # validates names and devices
             args = _new_args(_lib.CRunArgs, _lib.lib().dsv4_run_args_init)
             _fill_run_args(call, args, tensors)
-            views = [getattr(args, item[0]).contents for item in key]
+            views = [getattr(args, name).contents for name in key[::5]]
             entry = cache[key] = (args, views, call.keep, call.framework)
         args, views, _, framework = entry
         for view, pointer in zip(views, pointers):
             view.data = pointer or None
         gpu = self.device[0] in _GPU_DEVICES
-        call = _Call.__new__(_Call)  # the workspace's stream, without rescanning the tensors
-        call.device, call.keep, call.framework = self.device, [], framework
-        call.stream = _device.current_stream(framework, self.device[1]) if gpu else 0
-        args.workspace, args.workspace_bytes = self._own_workspace(call)
-        args.stream = call.stream or None
+        stream = _device.current_stream(framework, self.device[1]) if gpu else 0
+        args.workspace, args.workspace_bytes = self._own_workspace(stream, framework)
+        args.stream = stream or None
         _lib.lib().dsv4_run(self.handle, ctypes.byref(args))
         return True
 
@@ -512,6 +517,7 @@ class Plan(_Closable):
         _destroy_plan(self._handle)
         self.ctx._plan_handles.pop(id(self._handle), None)
         self._device_workspaces.clear()
+        self._workspace_pointers.clear()
 
 
 # ----------------------------------- KV writer, export, layouts ---------------------------------
