@@ -4,8 +4,9 @@
 //     SWA rows (main list) plus 512 or 1024 compressed rows (extra list), no row shared between
 //     tokens, attention sink on, explicit mode, FP8 584 B or bf16 caches, on a context of `threads`
 //     workers. Counter GFLOP (per second), FLOP = 2 * heads * keys * (512 + 512) per token.
-//   BM_peak (threads): the dot-product peak of the instruction the fast kernel uses (VDPBF16PS
-//     with AVX512_BF16, else fp32 FMA), every thread on its own registers. Counter GFLOP.
+//   BM_peak (threads): the dot-product peak of the instruction the fast kernel uses (TDPBF16PS
+//     where the CPU module runs its AMX kernel, else VDPBF16PS with AVX512_BF16, else fp32 FMA),
+//     every thread on its own registers (tiles). Counter GFLOP.
 //   BM_gather (row_bytes, threads): random rows of a 1 GiB pool read whole, every byte used.
 //     Counter GBps (bytes per second / 1e9).
 // bench/cpu/bench_all.sh runs this with plain PyTorch's timings and writes bench/results/.
@@ -16,6 +17,7 @@
 #include <benchmark/benchmark.h>
 #include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/probe.h"
 #include "dsv4/dsv4.h"
 #include "progress.h"
 
@@ -294,20 +297,127 @@ __attribute__((target("avx2,fma"))) void peak_fma(int64_t iters) {
         "xmm10", "xmm11", "xmm12", "xmm13");
 }
 
+// AMX-BF16: tiles 0-7 of 16 rows x 64 bytes (C: 16 x 16 fp32; A: 16 x 32 bf16; B: 16 pairs of
+// rows x 16 columns of bf16 pairs), as the kernel configures them (backends/cpu/fast/isa_amx.cpp).
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+// 4 independent accumulator tiles (tmm0-3) from 2 A (tmm4, tmm5) and 2 B tiles (tmm6, tmm7), as
+// oneDNN's brgemm blocks them, so that the loop is bound by the TDPBF16PS throughput and not by its
+// latency: 4 * iters TDPBF16PS of 2 * 16 * 16 * 32 = 16384 FLOP each. The theoretical peak is
+// 1024 bf16 FLOP per cycle per core (one TDPBF16PS every 16 cycles), i.e. 1024 * f: about
+// 2 TFLOP/s per core at 2 GHz (Sapphire Rapids' AMX clock). Tiles are configured and released on
+// every call (the calling thread's own tile state). Run only where amx_kernel_runs() said so.
+__attribute__((target("amx-tile,amx-bf16"))) void peak_amx(int64_t iters) {
+  const AmxTileConfig cfg;
+  __asm__ volatile(
+      "ldtilecfg %1\n"
+      "tilezero %%tmm0\n"
+      "tilezero %%tmm1\n"
+      "tilezero %%tmm2\n"
+      "tilezero %%tmm3\n"
+      "tilezero %%tmm4\n"
+      "tilezero %%tmm5\n"
+      "tilezero %%tmm6\n"
+      "tilezero %%tmm7\n"
+      "1:\n"
+      "tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n"
+      "tdpbf16ps %%tmm7, %%tmm4, %%tmm1\n"
+      "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n"
+      "tdpbf16ps %%tmm7, %%tmm5, %%tmm3\n"
+      "dec %0\n"
+      "jnz 1b\n"
+      "tilerelease\n"
+      : "+r"(iters)
+      : "m"(cfg)
+      : "cc");
+}
+
+// Linux grants the AMX tile data state to a process on request (arch_prctl ARCH_REQ_XCOMP_PERM,
+// as the CPU module's fast_amx_request_permission does); a tile instruction without it faults.
+// Fails (EOPNOTSUPP) on CPUs or kernels without AMX.
+bool amx_request_permission() {
+#if defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM
+  constexpr long kXfeatureXtiledata = 18;     // XFEATURE_XTILEDATA
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
+// The kernel the CPU module picks for a decode plan (dsv4_plan_get_info, e.g.
+// "cpu-fast-amx/explicit"; DSV4_CPU_ISA included), "" when no plan could be made.
+std::string decode_kernel() {
+  dsv4_ctx_options co;
+  dsv4_ctx_options_init(&co);
+  co.backend = "cpu";
+  co.num_threads = 1;
+  dsv4_ctx* ctx = nullptr;
+  if (dsv4_ctx_create(&co, &ctx) != DSV4_STATUS_OK) return "";
+  std::unique_ptr<dsv4_ctx, void (*)(dsv4_ctx*)> ctx_owner(ctx, dsv4_ctx_destroy);
+  const dsv4_kv_cache_desc cache{DSV4_KV_LAYOUT_FP8_V4_584B, kBlockSize, 0, 1.0f, 0};
+  dsv4_plan_options po;
+  dsv4_plan_options_init(&po);
+  po.num_heads = 64;
+  po.max_tokens = 8;
+  po.swa_cache = cache;
+  po.extra_cache = cache;
+  po.topk = static_cast<int32_t>(kSwaKeys);
+  po.extra_topk = 512;
+  dsv4_plan* plan = nullptr;
+  if (dsv4_plan_create(ctx, &po, &plan) != DSV4_STATUS_OK) return "";
+  std::unique_ptr<dsv4_plan, void (*)(dsv4_plan*)> plan_owner(plan, dsv4_plan_destroy);
+  dsv4_plan_info info;
+  std::memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  if (dsv4_plan_get_info(plan, &info) != DSV4_STATUS_OK) return "";
+  return info.kernel;
+}
+
+// Whether the decode benchmarks run the module's AMX kernel: the module's own CPUID / XCR0 probe
+// (backends/cpu/probe.cpp, compiled into this benchmark) finds AMX-BF16 with the tile state
+// enabled, the module picks cpu-fast-amx for a decode plan, and Linux grants this process the tile
+// state. On a CPU without AMX the first test fails and nothing else runs.
+bool amx_kernel_runs() {
+  if (!dsv4::cpu::detect_features().amx_bf16) return false;
+  return decode_kernel().rfind("cpu-fast-amx", 0) == 0 && amx_request_permission();
+}
+
+enum class PeakIsa { kFma, kAvx512Bf16, kAmxBf16 };
+
+PeakIsa peak_isa() {
+  static const PeakIsa isa = amx_kernel_runs()   ? PeakIsa::kAmxBf16
+                             : has_avx512_bf16() ? PeakIsa::kAvx512Bf16
+                                                 : PeakIsa::kFma;
+  return isa;
+}
+
 void BM_peak(benchmark::State& state) {
-  const bool bf16 = has_avx512_bf16();
+  const PeakIsa isa = peak_isa();
   constexpr int64_t kIters = 1 << 16;
   for (auto _ : state) {
-    if (bf16) {
+    if (isa == PeakIsa::kAmxBf16) {
+      peak_amx(kIters);
+    } else if (isa == PeakIsa::kAvx512Bf16) {
       peak_bf16(kIters);
     } else {
       peak_fma(kIters);
     }
   }
-  const double flop = bf16 ? 24.0 * kIters * 64 : 12.0 * kIters * 16;
+  const double flop = isa == PeakIsa::kAmxBf16      ? 4.0 * kIters * (2 * 16 * 16 * 32)
+                      : isa == PeakIsa::kAvx512Bf16 ? 24.0 * kIters * 64
+                                                    : 12.0 * kIters * 16;
   state.counters["GFLOP"] =
       benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(bf16 ? "VDPBF16PS zmm" : "VFMADD231PS ymm (fp32)");
+  state.SetLabel(isa == PeakIsa::kAmxBf16      ? "TDPBF16PS (AMX-BF16)"
+                 : isa == PeakIsa::kAvx512Bf16 ? "VDPBF16PS zmm"
+                                               : "VFMADD231PS ymm (fp32)");
 }
 
 // Random rows of `row_bytes` from a 1 GiB pool (far beyond the caches), every byte summed.
