@@ -39,6 +39,15 @@
 
 namespace {
 
+// A rate counter of `per_iteration` units per iteration of this thread. Google Benchmark sums a
+// counter over the threads of a run, counts the iterations of all of them and averages their
+// times, so kIsIterationInvariantRate would count every unit `threads` times: each thread sets
+// its own total here, and the sum over the threads is divided by the (averaged) wall time.
+benchmark::Counter per_thread_rate(const benchmark::State& state, double per_iteration) {
+  return benchmark::Counter(per_iteration * static_cast<double>(state.iterations()),
+                            benchmark::Counter::kIsRate);
+}
+
 dsv4cli::Progress* g_progress = nullptr;
 
 constexpr int64_t kDim = 512;
@@ -196,8 +205,7 @@ void run_decode(benchmark::State& state, uint32_t layout) {
     benchmark::ClobberMemory();
   }
   const double flop = 2.0 * static_cast<double>(heads * keys * tokens) * (kDim + kDim);
-  state.counters["GFLOP"] =
-      benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP"] = per_thread_rate(state, flop * 1e-9);
   state.counters["tokens"] = static_cast<double>(tokens);
 }
 
@@ -413,8 +421,7 @@ void BM_peak(benchmark::State& state) {
   const double flop = isa == PeakIsa::kAmxBf16      ? 4.0 * kIters * (2 * 16 * 16 * 32)
                       : isa == PeakIsa::kAvx512Bf16 ? 24.0 * kIters * 64
                                                     : 12.0 * kIters * 16;
-  state.counters["GFLOP"] =
-      benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP"] = per_thread_rate(state, flop * 1e-9);
   state.SetLabel(isa == PeakIsa::kAmxBf16      ? "TDPBF16PS (AMX-BF16)"
                  : isa == PeakIsa::kAvx512Bf16 ? "VDPBF16PS zmm"
                                                : "VFMADD231PS ymm (fp32)");
@@ -442,8 +449,7 @@ void BM_gather(benchmark::State& state) {
     }
   }
   benchmark::DoNotOptimize(sum);
-  state.counters["GBps"] =
-      benchmark::Counter(4096.0 * row_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GBps"] = per_thread_rate(state, 4096.0 * row_bytes * 1e-9);
 }
 
 void thread_counts(benchmark::internal::Benchmark* b) {
