@@ -228,6 +228,14 @@ inline void prefetch_row(const dsv4_mod_run& run, int32_t slot, uint8_t list, in
     prefetch_line(block + v4_scale_offset(c.block_size, e), hint);
 }
 
+// The first kPrefetchRows candidates of the chunk at k0 (its decode prefetches the rest as it
+// goes): issued one chunk ahead, so that no chunk starts on rows still in DRAM.
+inline void prefetch_chunk_head(const dsv4_mod_run& run, const int32_t* slots, const uint8_t* list,
+                                int64_t k0, int64_t n) {
+  const int64_t end = std::min<int64_t>(n, k0 + kPrefetchRows);
+  for (int64_t j = k0; j < end; ++j) prefetch_row(run, slots[j], list[j], 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // One item
 // ---------------------------------------------------------------------------------------------
@@ -448,6 +456,7 @@ void run_item(const fast_job& job, int64_t item, int worker) {
   }
   std::memset(s.acc, 0, sizeof(float) * static_cast<size_t>(rows_pad) * kHeadDim);
   if (c_end > c_begin) {
+    prefetch_chunk_head(run, s.slots, s.list, c_begin * kChunkKeys, n);
     auto* q = static_cast<typename Isa::q_t*>(s.q);
     load_queries<Isa>(job, t0, ntok, h0, nh, rows_pad, q);
     for (int64_t c = c_begin; c < c_end; ++c) {
@@ -460,6 +469,7 @@ void run_item(const fast_job& job, int64_t item, int worker) {
         s.key_weight[j] = j < nk ? job.scales.weight[l] : 0.0f;
       }
       Isa::build_tile(run, job.d_qk, s.slots + k0, s.list + k0, nk, npad, s.tile);
+      if (c + 1 < c_end) prefetch_chunk_head(run, s.slots, s.list, k0 + kChunkKeys, n);
       Isa::qk(q, rows_pad, job.d_qk, s.tile, npad, s.logits);
       softmax_chunk<Isa>(rows, nk, npad, s);
       Isa::pv(static_cast<const typename Isa::p_t*>(s.p), rows_pad, job.d_qk, s.tile, npad, s.acc);

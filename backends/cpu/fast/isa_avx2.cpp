@@ -29,7 +29,10 @@ inline void qk_rows(const float* q, int d, const float* k, int npad, float* logi
       const __m256 kv1 = _mm256_loadu_ps(k1 + x);
 #pragma GCC unroll 8
       for (int i = 0; i < RB; ++i) {
-        const __m256 qv = _mm256_loadu_ps(q + static_cast<size_t>(i) * d + x);
+        __m256 qv = _mm256_loadu_ps(q + static_cast<size_t>(i) * d + x);
+        // One load feeds both keys: without this the compiler folds the load into each FMA,
+        // and 14 loads per 12 FMAs make the loop load-bound.
+        __asm__("" : "+x"(qv));
         a[i][0] = _mm256_fmadd_ps(qv, kv0, a[i][0]);
         a[i][1] = _mm256_fmadd_ps(qv, kv1, a[i][1]);
       }
