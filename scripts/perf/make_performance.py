@@ -321,7 +321,20 @@ def host_section(context, results):
         target = r.counters.get("target_us")
         rows.append([case, fmt_us(r.us), fmt_us(gpu) if gpu else "",
                      fmt_us(target) if target else ""])
-    return table(["case", "host µs per call", "GPU µs per call", "target (µs)"], rows)
+    lines = table(["case", "host µs per call", "GPU µs per call", "target (µs)"], rows)
+    # A target below one empty launch cannot be met by any run that launches a kernel.
+    launch = next((r.us for r in results if not r.error and "empty_launch" in r.parts), None)
+    for r in results:
+        target = r.counters.get("target_us")
+        if r.error or not target or launch is None or launch <= target:
+            continue
+        case = " ".join(r.parts[2:])
+        lines += ["", f"The {case} target ({fmt_us(target)} µs) is below this host's cost of one "
+                  f"empty kernel launch ({fmt_us(launch)} µs): no run that launches a kernel "
+                  f"can meet it on this host. The run costs {fmt_us(r.us)} µs, as much as "
+                  f"{r.us / launch:.1f} empty launches; replayed from a CUDA graph, the library "
+                  f"costs the host nothing (the replay row is the driver's)."]
+    return lines
 
 
 def portable_section(context, results):
