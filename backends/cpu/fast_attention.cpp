@@ -101,11 +101,11 @@ fast_attention::fast_attention(const dsv4_mod_plan& plan, candidate_limits limit
       kScratchAlign * kScratchAlign;
   scratch_bytes_ = scratch_stride_ * static_cast<size_t>(num_workers_) + kScratchAlign;
   scratch_.reset(new uint8_t[scratch_bytes_]);
-  // Key splits are used only while (group, head group) pairs are fewer than the workers, with at
-  // most 2 * workers / pairs + 1 splits each.
+  // Key splits are used only while (group, head group) pairs are fewer than the workers; their
+  // states fit 2 * workers items of kMaxRowsPerItem rows (run() takes no more splits than fit).
   max_pairs_ = num_workers_;
-  const size_t rows_cap = static_cast<size_t>(kMaxRowsPerItem);
-  partial_floats_ = static_cast<size_t>(3 * num_workers_) * rows_cap * (kHeadDim + 2);
+  partial_floats_ =
+      static_cast<size_t>(2 * num_workers_) * kMaxRowsPerItem * static_cast<size_t>(kHeadDim + 2);
   partials_.reset(new float[partial_floats_]);
   pending_.reset(new std::atomic<int32_t>[static_cast<size_t>(max_pairs_)]);
   // Token groups: room for up to 1024 tokens now, more in run() when a step needs it, so that a
@@ -153,12 +153,16 @@ dsv4_status fast_attention::run(thread_pool& pool, const dsv4_mod_run& run) cons
   }
   const int head_groups = (H + heads_per_group - 1) / heads_per_group;
   const int64_t pairs = groups * head_groups;
+  const int rows_cap = max_group * heads_per_group;
   int splits = 1;
   if (!invariant && pairs < workers && pairs <= max_pairs_) {
     const int64_t max_chunks = (limits_.main + limits_.extra + kChunkKeys - 1) / kChunkKeys;
-    splits = static_cast<int>(std::min<int64_t>((2 * workers + pairs - 1) / pairs, max_chunks));
-    const size_t need = static_cast<size_t>(pairs) * splits * kMaxRowsPerItem * (kHeadDim + 2);
-    if (splits < 2 || need > partial_floats_) splits = 1;
+    const int64_t fit =
+        static_cast<int64_t>(partial_floats_ / (static_cast<size_t>(pairs) * rows_cap *
+                                                static_cast<size_t>(kHeadDim + 2)));
+    splits = static_cast<int>(
+        std::min({(2 * static_cast<int64_t>(workers) + pairs - 1) / pairs, max_chunks, fit}));
+    if (splits < 2) splits = 1;
   }
 
   fast_job job{};
@@ -175,6 +179,7 @@ dsv4_status fast_attention::run(thread_pool& pool, const dsv4_mod_run& run) cons
   job.head_groups = head_groups;
   job.heads_per_group = heads_per_group;
   job.splits = splits;
+  job.rows_cap = rows_cap;
   job.partials = partials_.get();
   job.pending = pending_.get();
   const uintptr_t raw = reinterpret_cast<uintptr_t>(scratch_.get());

@@ -482,12 +482,12 @@ void run_item(const fast_job& job, int64_t item, int worker) {
                 s.acc + static_cast<size_t>(r) * kHeadDim);
     return;
   }
-  // Key splits: publish this split's states ([pair][split][kMaxRowsPerItem] states); the last split
+  // Key splits: publish this split's states ([pair][split][rows_cap] states); the last split
   // to finish merges all of them in split order (so the result does not depend on which worker
   // finishes last).
   constexpr size_t kState = kHeadDim + 2;
   const int64_t pair = g * job.head_groups + hg;
-  const size_t rows_cap = kMaxRowsPerItem;
+  const size_t rows_cap = static_cast<size_t>(job.rows_cap);
   float* base = job.partials + static_cast<size_t>(pair) * job.splits * rows_cap * kState;
   float* mine = base + static_cast<size_t>(split) * rows_cap * kState;
   for (int r = 0; r < rows; ++r) {

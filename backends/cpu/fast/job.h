@@ -20,9 +20,11 @@
 namespace dsv4 {
 namespace cpu {
 
-constexpr int kChunkKeys = 128;      // keys per tile: a multiple of every ISA's key padding
-constexpr int kMaxGroupTokens = 4;   // tokens sharing one decode (MTP: s_q <= 4)
-constexpr int kMaxRowsPerItem = 32;  // query rows per item (a multiple of every ISA's row pad)
+constexpr int kChunkKeys = 128;     // keys per tile: a multiple of every ISA's key padding
+constexpr int kMaxGroupTokens = 4;  // tokens sharing one decode (MTP: s_q <= 4)
+// Query rows per item (a multiple of every ISA's row pad): 128 heads of one token, or 32 heads of
+// 4 MTP tokens, share one decode of their keys.
+constexpr int kMaxRowsPerItem = 128;
 
 // Instruction sets of the fast kernels, best last. The reference kernel is separate.
 enum class fast_isa { none = 0, avx2 = 1, avx512_bf16 = 2, amx_bf16 = 3 };
@@ -58,8 +60,9 @@ struct fast_job {
   int head_groups;      // heads are cut into this many groups of heads_per_group
   int heads_per_group;  // tokens_of_group * heads_per_group <= kMaxRowsPerItem
   int splits;           // key splits per (group, head group); 1 with the batch-invariant flag
-  // splits > 1: per (group, head group): [split][kMaxRowsPerItem] states of (kHeadDim + 2)
-  // floats, and a countdown of the splits still running.
+  int rows_cap;         // query rows of one (group, head group) at most
+  // splits > 1: per (group, head group): [split][rows_cap] states of (kHeadDim + 2) floats, and a
+  // countdown of the splits still running.
   float* partials;
   std::atomic<int32_t>* pending;
   uint8_t* scratch;  // worker w owns scratch + w * scratch_stride
