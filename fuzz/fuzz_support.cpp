@@ -257,8 +257,11 @@ FuzzTensor::FuzzTensor(const TensorSpec& spec, Filler& fill, size_t limit) : spe
     const uintptr_t aligned = (base + 63) / 64 * 64;
     first_ = static_cast<size_t>(aligned - base) + kGuard + spec.byte_offset % 64;
     const uintptr_t address = base + first_;
-    data = address - static_cast<uintptr_t>(spec.byte_offset);  // may wrap: then invalid
-    must_reject_ = data + static_cast<uintptr_t>(spec.byte_offset) != address ||  // wrapped
+    // data wraps below 0 when byte_offset exceeds the address: data + byte_offset then runs past
+    // the top of the address space, which the library refuses (compared as integers: modulo 2^64
+    // the sum is the address again).
+    data = address - static_cast<uintptr_t>(spec.byte_offset);
+    must_reject_ = static_cast<uintptr_t>(spec.byte_offset) > address ||
                    address % static_cast<uintptr_t>(elem) != 0;
   } else if (empty_) {
     data = spec.data == Data::kNull ? 0 : spec.data == Data::kGarbage ? 3 : ~uintptr_t{4095};
