@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-TARGETS = ["fuzz_plan", "fuzz_run", "fuzz_paged_index", "fuzz_export", "fuzz_kv_write"]
+TARGETS = ["fuzz_plan", "fuzz_run", "fuzz_paged_index", "fuzz_export", "fuzz_kv_write", "fuzz_merge"]
 
 
 def commit():
