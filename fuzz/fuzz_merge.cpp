@@ -1,13 +1,13 @@
 // dsv4_merge on the CPU backend (spec 12.2): P partial results with fuzzed P, T and H (mismatched
-// between the tensors or not), dtypes, strides (padded, permuted, broadcast, malformed), offsets,
-// data pointers and values (NaN, +-inf, huge and denormal lse and outputs), the sink present or
-// not, and the args struct's struct_size and reserved field varied. Invariants: the call is
-// accepted exactly when every argument is well-formed and agrees with out_parts' [P, T, H, 512];
-// a failing call writes nothing and its message names the argument; a successful one never writes
-// its inputs, writes only the described elements of out and lse, and writes there what spec 12.2
-// gives: a NaN lse part propagates, a row whose parts all lack keys (lse +-inf) gets out 0 and
-// lse +inf, any other row a finite lse and an out within the rounding of a float64 merge, finite
-// whenever the contributing parts are.
+// between the tensors or not), dtypes (unknown codes included), strides (padded, permuted,
+// broadcast, malformed), offsets, data pointers and values (NaN, +-inf, huge and denormal lse and
+// outputs), the sink present or not, and the args struct's struct_size and reserved field varied.
+// Invariants: the call is accepted exactly when every argument is well-formed and agrees with
+// out_parts' [P, T, H, 512]; a failing call writes nothing and its message names the argument; a
+// successful one never writes its inputs, writes only the described elements of out and lse, and
+// writes there what spec 12.2 gives: a NaN lse part propagates, a row whose parts all lack keys
+// (lse +-inf) gets out 0 and lse +inf, any other row a finite lse and an out within the rounding of
+// a float64 merge, finite whenever the contributing parts are.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -210,7 +210,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
   relayout(in, lse_parts, false, true);
   relayout(in, out, true, false);
   relayout(in, lse, false, false);
-  for (TensorSpec* s : {&parts, &lse_parts, &sink, &out, &lse}) mutate(in, *s);
+  for (TensorSpec* s : {&parts, &lse_parts, &sink, &out, &lse}) {
+    mutate(in, *s);
+    if (in.ConsumeIntegralInRange<int>(0, 31) == 31) {  // codes mutate() does not try
+      static const dsv4_dtype kOdd[] = {{3, 32, 1},   {5, 64, 1},  {6, 8, 1},
+                                        {255, 16, 1}, {4, 32, 1},  {2, 64, 1},
+                                        {4, 16, 2},   {10, 32, 1}, {2, 16, 1}};
+      s->dtype = in.PickValueInArray(kOdd);
+    }
+  }
   Case c;
   FuzzTensor* tparts = c.add(parts, fill);
   FuzzTensor* tlse_parts = c.add(lse_parts, fill);
