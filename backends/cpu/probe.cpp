@@ -1,6 +1,9 @@
 #include "probe.h"
 
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 
 #include <cstdio>
 #include <cstring>
@@ -149,6 +152,16 @@ dsv4_status get_device_info(int32_t index, dsv4_device_info* out_info) {
   out_info->memory_bytes = pages > 0 && page_size > 0 ? static_cast<int64_t>(pages) * page_size : 0;
   std::snprintf(out_info->name, sizeof out_info->name, "%s (%s)", model.c_str(), feature_tag(f));
   return DSV4_STATUS_OK;
+}
+
+bool request_amx_permission() {
+#if defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM
+  constexpr long kXfeatureXtiledata = 18;     // XFEATURE_XTILEDATA
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
 }
 
 }  // namespace cpu

@@ -22,6 +22,11 @@ struct cpu_features {
 
 cpu_features detect_features();
 
+// Asks Linux for the AMX tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA): a tile
+// instruction faults in a process that was not granted it. True when granted; false on CPUs or
+// kernels without AMX (EOPNOTSUPP) and off Linux.
+bool request_amx_permission();
+
 // Module ABI slots.
 dsv4_status probe(int32_t* out_score, int32_t* out_device_count, char* reason,
                   size_t reason_capacity);

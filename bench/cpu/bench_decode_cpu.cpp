@@ -17,7 +17,6 @@
 #include <benchmark/benchmark.h>
 #include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -346,19 +345,6 @@ __attribute__((target("amx-tile,amx-bf16"))) void peak_amx(int64_t iters) {
       : "cc");
 }
 
-// Linux grants the AMX tile data state to a process on request (arch_prctl ARCH_REQ_XCOMP_PERM,
-// as the CPU module's fast_amx_request_permission does); a tile instruction without it faults.
-// Fails (EOPNOTSUPP) on CPUs or kernels without AMX.
-bool amx_request_permission() {
-#if defined(__linux__)
-  constexpr long kArchReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM
-  constexpr long kXfeatureXtiledata = 18;     // XFEATURE_XTILEDATA
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-#else
-  return false;
-#endif
-}
-
 // The kernel the CPU module picks for a decode plan (dsv4_plan_get_info, e.g.
 // "cpu-fast-amx/explicit"; DSV4_CPU_ISA included), "" when no plan could be made.
 std::string decode_kernel() {
@@ -394,7 +380,7 @@ std::string decode_kernel() {
 // state. On a CPU without AMX the first test fails and nothing else runs.
 bool amx_kernel_runs() {
   if (!dsv4::cpu::detect_features().amx_bf16) return false;
-  return decode_kernel().rfind("cpu-fast-amx", 0) == 0 && amx_request_permission();
+  return decode_kernel().rfind("cpu-fast-amx", 0) == 0 && dsv4::cpu::request_amx_permission();
 }
 
 enum class PeakIsa { kFma, kAvx512Bf16, kAmxBf16 };

@@ -311,7 +311,9 @@ def is_host_overhead(results):
 
 
 def host_section(context, results):
-    rows = []
+    # A target below one empty launch cannot be met by any run that launches a kernel.
+    launch = next((r.us for r in results if not r.error and "empty_launch" in r.parts), None)
+    rows, notes = [], []
     for r in results:
         case = " ".join(r.parts[2:]) + "".join(f" {k}={v}" for k, v in r.params.items())
         if r.error:
@@ -321,20 +323,14 @@ def host_section(context, results):
         target = r.counters.get("target_us")
         rows.append([case, fmt_us(r.us), fmt_us(gpu) if gpu else "",
                      fmt_us(target) if target else ""])
-    lines = table(["case", "host µs per call", "GPU µs per call", "target (µs)"], rows)
-    # A target below one empty launch cannot be met by any run that launches a kernel.
-    launch = next((r.us for r in results if not r.error and "empty_launch" in r.parts), None)
-    for r in results:
-        target = r.counters.get("target_us")
-        if r.error or not target or launch is None or launch <= target:
-            continue
-        case = " ".join(r.parts[2:])
-        lines += ["", f"The {case} target ({fmt_us(target)} µs) is below this host's cost of one "
-                  f"empty kernel launch ({fmt_us(launch)} µs): no run that launches a kernel "
-                  f"can meet it on this host. The run costs {fmt_us(r.us)} µs, as much as "
-                  f"{r.us / launch:.1f} empty launches; replayed from a CUDA graph, the library "
-                  f"costs the host nothing (the replay row is the driver's)."]
-    return lines
+        if target and launch is not None and launch > target:
+            notes += ["", f"The {' '.join(r.parts[2:])} target ({fmt_us(target)} µs) is below this "
+                      f"host's cost of one empty kernel launch ({fmt_us(launch)} µs): no run that "
+                      f"launches a kernel can meet it on this host. The run costs "
+                      f"{fmt_us(r.us)} µs, as much as {r.us / launch:.1f} empty launches; "
+                      f"replayed from a CUDA graph, the library costs the host nothing (the "
+                      f"replay row is the driver's)."]
+    return table(["case", "host µs per call", "GPU µs per call", "target (µs)"], rows) + notes
 
 
 def portable_section(context, results):

@@ -3,10 +3,8 @@
 // -mamx-tile -mamx-bf16; the front runs it only where CPUID reports AMX-BF16, the OS enables the
 // tile state (XCR0) and Linux grants it to the process (arch_prctl). The project's machines have no
 // AMX: there the test-only emulated module (DSV4_CPU_EMULATE_ISA, amx_emulation.h) runs this code.
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include "fast/bf16_tile.h"
+#include "probe.h"
 
 #if DSV4_CPU_EMULATE_ISA
 #include "fast/amx_emulation.h"
@@ -101,12 +99,8 @@ void fast_item_amx_bf16(const fast_job& job, int64_t item, int worker) {
 bool fast_amx_request_permission() {
 #if DSV4_CPU_EMULATE_ISA
   return true;
-#elif defined(__linux__)
-  constexpr long kArchReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM
-  constexpr long kXfeatureXtiledata = 18;     // XFEATURE_XTILEDATA
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 #else
-  return false;
+  return request_amx_permission();
 #endif
 }
 

@@ -374,8 +374,8 @@ class Plan(_Closable):
         self._workspace_size = size.value  # the plan is immutable
         self._host_workspaces = threading.local()
         self._torch_calls = threading.local()  # geometry -> argument struct (_run_torch)
-        self._device_workspaces = {}  # stream handle -> framework tensor
-        self._workspace_pointers = {}  # stream handle -> (pointer, bytes): no per-run export
+        # stream handle -> (framework tensor, its data pointer): runs read the pointer, no export
+        self._device_workspaces = {}
         self._lock = threading.Lock()
 
     @property
@@ -415,11 +415,10 @@ class Plan(_Closable):
         with self._lock:
             found = self._device_workspaces.get(key)
             if found is None:
-                found = _device.allocate_bytes(framework, self.device, self._workspace_size)
-                tensor = _Call(self.device, key, dict(workspace=found)).tensor("workspace", found)
-                self._device_workspaces[key] = found
-                self._workspace_pointers[key] = (tensor.pointer, self._workspace_size)
-        return found
+                space = _device.allocate_bytes(framework, self.device, self._workspace_size)
+                tensor = _Call(self.device, key, dict(workspace=space)).tensor("workspace", space)
+                found = self._device_workspaces[key] = (space, tensor.pointer)
+        return found[0]
 
     def set_workspace(self, workspace, stream=None):
         """Makes runs on `stream` that pass no workspace= use `workspace` (a tensor on the plan's
@@ -434,8 +433,7 @@ class Plan(_Closable):
                              (tensor.nbytes, self._workspace_size))
         key = _device.stream_handle(stream)
         with self._lock:
-            self._device_workspaces[key] = workspace
-            self._workspace_pointers[key] = (tensor.pointer, self._workspace_size)
+            self._device_workspaces[key] = (workspace, tensor.pointer)
 
     def run(self, workspace=None, workspace_bytes=None, stream=None, **tensors):
         """One dsv4_run. Tensor keywords are dsv4_run_args field names (q, swa_cache, out,
@@ -475,11 +473,11 @@ class Plan(_Closable):
             return self._host_workspace()
         if not self._workspace_size:
             return None, 0
-        found = self._workspace_pointers.get(stream)
+        found = self._device_workspaces.get(stream)
         if found is None:
             self.workspace(stream, framework)
-            found = self._workspace_pointers[stream]
-        return found
+            found = self._device_workspaces[stream]
+        return found[1], self._workspace_size
 
     def _run_torch(self, tensors):
         """The host's fast path for torch tensors on the producer's stream: the argument struct
@@ -517,7 +515,6 @@ class Plan(_Closable):
         _destroy_plan(self._handle)
         self.ctx._plan_handles.pop(id(self._handle), None)
         self._device_workspaces.clear()
-        self._workspace_pointers.clear()
 
 
 # ----------------------------------- KV writer, export, layouts ---------------------------------
