@@ -42,6 +42,7 @@
 // dsv4_bench_cuda --list_torch_shapes prints the shapes torch_baseline.py should time (no GPU
 // needed). Environment: DSV4_BENCH_FLUSH=memset|read|none, DSV4_COMMIT (the JSON's commit),
 // DSV4_BENCH_INVARIANT=0 (no batch-invariant plans: only the default mode's runs, for profilers),
+// DSV4_BENCH_FORCE=keys (DSV4_CUDA_FORCE keys added to every case's plans, for A/B runs),
 // DSV4_TRACE_OUT=FILE (with a module built with -DDSV4_SM90_TRACE: the timeline of the last
 // Hopper launch, scripts/gpu/trace_sm90.py reads it). Exits 77 where no GPU is usable.
 #include <benchmark/benchmark.h>
@@ -170,6 +171,10 @@ std::vector<bench_case> attention_cases() {
       v.push_back(c);
     }
   }
+  // A/B runs: DSV4_BENCH_FORCE adds its DSV4_CUDA_FORCE keys to every case's (the case's own
+  // DSV4_CUDA_FORCE is set and unset around each plan, so the variable itself would be lost).
+  if (const char* extra = std::getenv("DSV4_BENCH_FORCE"); extra != nullptr && *extra != '\0')
+    for (bench_case& c : v) c.force = c.force.empty() ? extra : c.force + "," + extra;
   return v;
 }
 

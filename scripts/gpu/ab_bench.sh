@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B timing of the CUDA module against other versions of it, case by case on one GPU.
 #
-#   [OLD_TREE=dir | OLD=git-rev] CASES='cuda/CONFIG2/b:2$;cuda/prefill/heads:64' [ROUNDS=2]
+#   [OLD_TREE=dir | OLD=git-rev] CASES='cuda/CONFIG2/b:2/;cuda/prefill/heads:64' [ROUNDS=2]
 #   [EXTRA='v1=dir;v2=dir'] [FLUSH_MODES='memset read'] scripts/gpu/ab_bench.sh <outdir>
 #
 # OLD_TREE is another version's source tree (OLD=REV extracts one with git archive, where git
@@ -10,9 +10,10 @@
 # scripts/gpu/run.sh <outdir> build. The current tree's benchmark then times each case (a Google
 # Benchmark filter) with each version's module (DSV4_BACKEND_PATH), old, new, old, new..., so that
 # drift hits all alike; FLUSH_MODES: the L2 states (DSV4_BENCH_FLUSH) each is timed in. The versions
-# must speak the module ABI of the current libdsv4. Medians in <outdir>/ab.log.
+# must speak the module ABI of the current libdsv4. Medians in <outdir>/ab.log. Benchmark names end
+# in /manual_time: end a case with '/' (not '$') to match it alone.
 set -uo pipefail
-[ $# -ge 1 ] || { sed -n '2,13p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,14p' "$0"; exit 2; }
 OUT=$(realpath -m "$1")
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -41,7 +42,7 @@ for v in "${VERSIONS[@]}"; do
   cmake --build "$t/build-gpu" --target dsv4-backend-cuda >>"$OUT/ab_build_$v.log" 2>&1 ||
     { tail "$OUT/ab_build_$v.log"; exit 1; }
 done
-IFS=';' read -r -a CASE_LIST <<<"${CASES:?set CASES='name\$;...'}"
+IFS=';' read -r -a CASE_LIST <<<"${CASES:?set CASES='name/;...'}"
 read -r -a FLUSH_LIST <<<"${FLUSH_MODES:-memset}"
 for ((r = 0; r < ${ROUNDS:-2}; ++r)); do
   for c in "${CASE_LIST[@]}"; do

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Tuning tools for the CUDA module on a GPU machine, over the gpu-h200 build (scripts/gpu/run.sh
-# <outdir> build first). Cases are Google Benchmark filters of dsv4_bench_cuda's names, ';'-separated.
+# <outdir> build first). Cases are Google Benchmark filters of dsv4_bench_cuda's names, ';'-separated;
+# a name ends in /manual_time, so a trailing '/' (not '$') ends a case's name.
 #
 #   scripts/gpu/profile.sh <outdir> [profile|util|sass|trace|probe]...
 #
 #   profile  ncu: speed of light, warp stalls, pipes and bank conflicts of one launch of each
-#            PROFILE case (default 'cuda/CONFIG1/b:64$;cuda/prefill/heads:64/topk:512/s_kv:8192$')
+#            PROFILE case (default 'cuda/CONFIG1/b:64/;cuda/prefill/heads:64/topk:512/s_kv:8192/')
 #   util     ncu: hardware utilisation (tensor pipes, issue slots, shared memory, L2, DRAM) of one
-#            launch of each UTIL_CASE case at real clocks (default 'cuda/CONFIG2/cache:bf16/b:64$')
+#            launch of each UTIL_CASE case at real clocks (default 'cuda/CONFIG2/cache:bf16/b:64/')
 #   sass     ncu: the leading stall reasons per SASS instruction of each SASS_CASE case
-#            (default 'cuda/CONFIG1/heads:8/b:128$'; scripts/gpu/top_sass.py)
+#            (default 'cuda/CONFIG1/heads:8/b:128/'; scripts/gpu/top_sass.py)
 #   trace    the Hopper kernels' timeline: a module built with -DDSV4_SM90_TRACE (build-gpu-trace/),
-#            the last launch of each TRACE_CASE case (default 'cuda/CONFIG1/b:64$') dumped and
+#            the last launch of each TRACE_CASE case (default 'cuda/CONFIG1/b:64/') dumped and
 #            summarised by scripts/gpu/trace_sm90.py (TRACE_CTA: also that CTA chunk by chunk)
 #   probe    the row-gather probe (bench/gpu/gather_probe.cu): each copy method alone, tables in L2
 #            and in HBM (PROBE_BUSY, PROBE_ROWS, PROBE_DEPTHS, PROBE_METHODS)
@@ -19,7 +20,7 @@
 # three launches (warm-up) and profiles the fourth.
 set -uo pipefail
 if [ $# -lt 2 ]; then
-  sed -n '2,19p' "$0"
+  sed -n '2,20p' "$0"
   exit 2
 fi
 OUT=$(realpath -m "$1")
@@ -52,7 +53,7 @@ status=0
 for step in "$@"; do
   case $step in
     profile)
-      IFS=';' read -r -a CASES <<<"${PROFILE:-cuda/CONFIG1/b:64\$;cuda/prefill/heads:64/topk:512/s_kv:8192\$}"
+      IFS=';' read -r -a CASES <<<"${PROFILE:-cuda/CONFIG1/b:64/;cuda/prefill/heads:64/topk:512/s_kv:8192/}"
       for c in "${CASES[@]}"; do
         log "ncu: $c"
         ncu_launch --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
@@ -82,7 +83,7 @@ for step in "$@"; do
       done
       [ ${#HAVE[@]} -gt 0 ] || HAVE=("${WANT[@]}")  # an unknown listing format: ask for all
       METRICS=$(IFS=,; echo "${HAVE[*]}")
-      IFS=';' read -r -a CASES <<<"${UTIL_CASE:-cuda/CONFIG2/cache:bf16/b:64\$}"
+      IFS=';' read -r -a CASES <<<"${UTIL_CASE:-cuda/CONFIG2/cache:bf16/b:64/}"
       for c in "${CASES[@]}"; do
         log "ncu util: $c"
         ncu_launch --clock-control none --metrics "$METRICS" -- "$c" 2>&1 |
@@ -90,7 +91,7 @@ for step in "$@"; do
       done
       ;;
     sass)
-      IFS=';' read -r -a CASES <<<"${SASS_CASE:-cuda/CONFIG1/heads:8/b:128\$}"
+      IFS=';' read -r -a CASES <<<"${SASS_CASE:-cuda/CONFIG1/heads:8/b:128/}"
       for c in "${CASES[@]}"; do
         log "ncu source: $c"
         tag=$(tag_of "$c")
@@ -107,7 +108,7 @@ for step in "$@"; do
       fi
       cmake --build "$TRACE_BUILD" --target dsv4-backend-cuda >>"$OUT/trace_build.log" 2>&1 ||
         { tail -20 "$OUT/trace_build.log"; exit 1; }
-      IFS=';' read -r -a CASES <<<"${TRACE_CASE:-cuda/CONFIG1/b:64\$}"
+      IFS=';' read -r -a CASES <<<"${TRACE_CASE:-cuda/CONFIG1/b:64/}"
       for c in "${CASES[@]}"; do
         tag=$(tag_of "$c")
         log "trace: $c"

@@ -483,33 +483,49 @@ class Plan(_Closable):
         """The host's fast path for torch tensors on the producer's stream: the argument struct
         of a given geometry (names, shapes, strides, dtypes, devices) is built once per thread
         and reused with new data pointers. False when a value is not a plain torch tensor."""
-        key, pointers = [], []
+        geometry, pointers = [], []
         for name, value in tensors.items():
             if value is not None:
                 if type(value) is not _torch_tensor_type:
                     return False
-                key += (name, value.shape, value.stride(), value.dtype, value.device)
+                geometry.append((name, value.shape, value.stride(), value.dtype, value.device))
                 pointers.append(value.data_ptr())
-        key = tuple(key)
-        cache = self._torch_calls.__dict__
-        entry = cache.get(key)
+        key = tuple(geometry)
+        entry = self._torch_calls.__dict__.get(key)
         if entry is None:
-            if len(cache) >= 64:
-                cache.clear()
-            call = _Call(self.device, None, tensors)  # validates names and devices
-            args = _new_args(_lib.CRunArgs, _lib.lib().dsv4_run_args_init)
-            _fill_run_args(call, args, tensors)
-            views = [getattr(args, name).contents for name in key[::5]]
-            entry = cache[key] = (args, views, call.keep, call.framework)
-        args, views, _, framework = entry
+            entry = self._torch_entry(key, tensors)
+        args, views, current_stream, run, _ = entry
         for view, pointer in zip(views, pointers):
             view.data = pointer or None
-        gpu = self.device[0] in _GPU_DEVICES
-        stream = _device.current_stream(framework, self.device[1]) if gpu else 0
-        args.workspace, args.workspace_bytes = self._own_workspace(stream, framework)
-        args.stream = stream or None
-        _lib.lib().dsv4_run(self.handle, ctypes.byref(args))
+        if current_stream is not None:
+            stream = current_stream(self.device[1])
+            found = self._device_workspaces.get(stream)
+            args.workspace = found[1] if found is not None else \
+                self._own_workspace(stream, "torch")[0]
+            args.stream = stream or None
+        run(self.handle, ctypes.byref(args))
         return True
+
+    def _torch_entry(self, key, tensors):
+        """_run_torch's cached call for one geometry: (argument struct, its tensor structs in
+        `key`'s order, the current-stream function on a GPU (None on the host), dsv4_run, what
+        the struct points at)."""
+        cache = self._torch_calls.__dict__
+        if len(cache) >= 64:
+            cache.clear()
+        call = _Call(self.device, None, tensors)  # validates names and devices
+        lib = _lib.lib()
+        args = _new_args(_lib.CRunArgs, lib.dsv4_run_args_init)
+        _fill_run_args(call, args, tensors)
+        views = [getattr(args, name).contents for name, *_ in key]
+        args.workspace_bytes = self._workspace_size
+        current_stream = None
+        if self.device[0] in _GPU_DEVICES:
+            current_stream = _device.current_stream_function(call.framework)
+        else:  # the thread's own host workspace: the entry is the thread's own too
+            args.workspace = self._host_workspace()[0]
+        cache[key] = entry = (args, views, current_stream, lib.dsv4_run, call.keep)
+        return entry
 
     def close(self):
         _destroy_plan(self._handle)

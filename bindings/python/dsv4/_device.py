@@ -43,17 +43,26 @@ def framework_of(obj):
 
 def current_stream(framework, device_id):
     """The framework's current stream handle on device `device_id`."""
+    return current_stream_function(framework)(device_id)
+
+
+def current_stream_function(framework):
+    """A function of a device id giving `framework`'s current stream handle there (0 without a
+    framework)."""
     if framework == "torch":
         torch = sys.modules["torch"]
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what inductor calls
         if raw is not None:
-            return raw(device_id)
-        return torch.cuda.current_stream(device_id).cuda_stream
+            return raw
+        return lambda device_id: torch.cuda.current_stream(device_id).cuda_stream
     if framework == "cupy":
         cupy = sys.modules["cupy"]
-        with cupy.cuda.Device(device_id):
-            return cupy.cuda.get_current_stream().ptr
-    return 0
+
+        def cupy_stream(device_id):
+            with cupy.cuda.Device(device_id):
+                return cupy.cuda.get_current_stream().ptr
+        return cupy_stream
+    return lambda device_id: 0
 
 
 def torch_order_before(device_id, stream):
