@@ -481,14 +481,19 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   dsv4cli::Progress progress;
   g_progress = &progress;
+  size_t ran = 0;
   if (console) {
     ProgressReporter reporter(
         &progress, isatty(STDOUT_FILENO) ? ProgressReporter::OO_Color : ProgressReporter::OO_None);
-    benchmark::RunSpecifiedBenchmarks(&reporter);
+    ran = benchmark::RunSpecifiedBenchmarks(&reporter);
   } else {
-    benchmark::RunSpecifiedBenchmarks();
+    ran = benchmark::RunSpecifiedBenchmarks();
   }
   g_progress = nullptr;
   benchmark::Shutdown();
+  if (ran == 0) {  // Google Benchmark only prints it
+    std::fprintf(stderr, "dsv4_bench_cpu: no benchmark matched the filter\n");
+    return 1;
+  }
   return 0;
 }

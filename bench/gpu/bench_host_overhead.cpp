@@ -229,8 +229,14 @@ int main(int argc, char** argv) {
     int n = static_cast<int>(args.size()) - 1;
     benchmark::Initialize(&n, args.data());
     if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
-    benchmark::RunSpecifiedBenchmarks();
+    // A filter that matches nothing is an error (Google Benchmark only prints it): names end in
+    // /manual_time, so a '$' after a case's name never matches.
+    const size_t ran = benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
+    if (ran == 0) {
+      std::fprintf(stderr, "dsv4_bench_host_overhead: no benchmark matched the filter\n");
+      return 1;
+    }
     g_step = nullptr;
     return 0;
   } catch (const std::exception& e) {
