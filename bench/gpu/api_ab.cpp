@@ -6,6 +6,7 @@
 // events; median and minimum of 25.
 //
 //   dsv4_api_ab [substring]     one line per case: name, median µs, min µs, the plan's kernel
+//                               (DSV4_API_AB_TIMES=1: then a line of every repetition's µs)
 //
 // scripts/gpu/api_ab.sh builds it against another version and interleaves the two. Exits 77
 // where no CUDA device is usable.
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -211,6 +213,11 @@ void run_case(dsv4_ctx* ctx, const ab_case& c) {
   info.struct_size = sizeof info;
   check(dsv4_plan_get_info(plan, &info), "dsv4_plan_get_info");
   std::printf("%-44s %9.1f %9.1f  %s\n", c.name, us[kReps / 2], us[0], info.kernel);
+  if (std::getenv("DSV4_API_AB_TIMES") != nullptr) {  // every repetition, sorted
+    std::printf("#");
+    for (float t : us) std::printf(" %.1f", t);
+    std::printf("\n");
+  }
 }
 
 }  // namespace

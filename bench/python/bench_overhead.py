@@ -12,15 +12,22 @@ never fills, so the host is what is timed):
   torch_alloc       dsv4.torch.attention allocating out / lse
   graph_replay      torch.cuda.CUDAGraph.replay() of one captured run, and per run of a graph
                     of GRAPH_RUNS captured runs (the host cost a run leaves under replay)
-and the GPU time per run (CUDA events, back to back). Prints one JSON object (also to --json).
+and the GPU time per run (CUDA events, back to back). Prints one JSON object per repetition;
+--json writes them as Google Benchmark JSON (what scripts/perf/make_performance.py reads from
+bench/results/, e.g. python-h200-host.json): one entry per repetition and form, named
+cuda/host/python/<form>/b:2, with the median over the repetitions as the aggregate, and the
+counters gpu_us_per_call and target_us.
 
     PYTHONPATH=bindings/python DSV4_LIBRARY=build/lib/libdsv4.so.0 \\
-        python3 bench/python/bench_overhead.py [--calls 2000] [--json out.json]
+        python3 bench/python/bench_overhead.py [--calls 2000] [--repeat 1] [--json out.json]
 """
 import argparse
 import ctypes
+import datetime
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -114,13 +121,71 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--json", help="also write the result here")
+    parser.add_argument("--repeat", type=int, default=1, help="measure this many times")
+    parser.add_argument("--json", help="also write the results here (Google Benchmark JSON)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_overhead: no CUDA device for torch; nothing measured")
         return 0
     device = torch.device(args.device)
     torch.cuda.set_device(device)
+    results = [measure(device, args.calls) for _ in range(max(1, args.repeat))]
+    for result in results:
+        print(json.dumps(result, indent=2))
+    if args.json:
+        with open(args.json, "w") as handle:
+            command = " ".join(["python3", "bench/python/bench_overhead.py"] + sys.argv[1:])
+            json.dump(to_gbench(results, command), handle, indent=1)
+            handle.write("\n")
+    return 0
+
+
+# The forms' names in the Google Benchmark JSON, and their targets (issue 55: a run from Python
+# with torch CUDA tensors <= 20 us, none under graph replay). dsv4.torch adds the torch.library
+# op's dispatch to Plan.run's cost.
+FORMS = {"ctypes_floor": None, "plan_run": 20.0, "torch_given": None, "torch_alloc": None,
+         "graph_replay": None, "graph_replay_per_run_of_%d" % GRAPH_RUNS: 0.0}
+
+
+def to_gbench(results, command):
+    """Google Benchmark JSON of `results` (one dict per repetition)."""
+    first = results[0]
+    commit = os.environ.get("DSV4_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                    text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            commit = "unknown"
+    context = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "backend": "cuda", "device": first["device"], "commit": commit,
+        "command": command,
+        "method": "host wall time per call of bursts of %d calls issued without synchronising, "
+                  "median of the bursts (%d calls); torch %s, kernel %s; %s" %
+                  (first["batch"], first["calls"], first["torch"], first["kernel"], first["case"]),
+        "repetitions": len(results),
+    }
+    entries = []
+    for form, target in FORMS.items():
+        times = [r["host_us"][form] for r in results]
+        gpu = statistics.median(r["gpu_us_graph_replay" if form.startswith("graph") else "gpu_us"]
+                                for r in results)
+        name = "cuda/host/python/%s/b:2" % form
+        common = {"run_name": name, "time_unit": "us", "gpu_us_per_call": gpu}
+        if target is not None:
+            common["target_us"] = target
+        for i, t in enumerate(times):
+            entries.append(dict(common, name=name, run_type="iteration", repetition_index=i,
+                                real_time=t, cpu_time=t, iterations=first["calls"]))
+        entries.append(dict(common, name=name + "_median", run_type="aggregate",
+                            aggregate_name="median", real_time=statistics.median(times),
+                            cpu_time=statistics.median(times), iterations=len(times)))
+    return {"context": context, "benchmarks": entries}
+
+
+def measure(device, calls):
+    """One repetition: the host microseconds per call of each form, and the GPU time."""
     plan, tensors = build(device)
     inputs = {k: v for k, v in tensors.items() if k not in ("q", "swa_cache", "out", "lse")}
     q, cache, out, lse = tensors["q"], tensors["swa_cache"], tensors["out"], tensors["lse"]
@@ -132,11 +197,11 @@ def main():
         "torch_alloc": lambda: dt.attention(plan, q, cache, **inputs),
     }
     result = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__,
-              "libdsv4": dsv4.version(), "kernel": plan.info.kernel, "calls": args.calls,
+              "libdsv4": dsv4.version(), "kernel": plan.info.kernel, "calls": calls,
               "batch": BATCH, "case": "CONFIG1 b=2 s_q=2 (64 heads, FP8 584 B, 128 + 512)",
-              "host_us": {}, "gpu_us": gpu_us(cases["plan_run"], args.calls)}
+              "host_us": {}, "gpu_us": gpu_us(cases["plan_run"], calls)}
     for name, fn in cases.items():
-        result["host_us"][name] = host_us(fn, args.calls)
+        result["host_us"][name] = host_us(fn, calls)
 
     # Graph replay: one captured run, and GRAPH_RUNS captured runs per replay.
     side = torch.cuda.Stream()
@@ -151,18 +216,13 @@ def main():
             for _ in range(runs):
                 cases["torch_given"]()
         graphs[runs] = graph
-    one = host_us(graphs[1].replay, args.calls)
-    many = host_us(graphs[GRAPH_RUNS].replay, max(BATCH, args.calls // GRAPH_RUNS))
+    one = host_us(graphs[1].replay, calls)
+    many = host_us(graphs[GRAPH_RUNS].replay, max(BATCH, calls // GRAPH_RUNS))
     result["host_us"]["graph_replay"] = one
     result["host_us"]["graph_replay_per_run_of_%d" % GRAPH_RUNS] = many / GRAPH_RUNS
-    result["gpu_us_graph_replay"] = gpu_us(graphs[1].replay, args.calls)
+    result["gpu_us_graph_replay"] = gpu_us(graphs[1].replay, calls)
     del keep
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as handle:
-            handle.write(text + "\n")
-    return 0
+    return result
 
 
 if __name__ == "__main__":

@@ -306,8 +306,14 @@ def cuda_section(context, results):
 
 
 def is_host_overhead(results):
-    """Whether a results file is the host-overhead benchmark's (every name cuda/host/...)."""
+    """Whether a results file is a host-overhead benchmark's (every name cuda/host/...): the C one
+    (bench/gpu/bench_host_overhead.cpp) or, with cuda/host/python/..., the Python one
+    (bench/python/bench_overhead.py)."""
     return bool(results) and all(r.parts[:2] == ["cuda", "host"] for r in results)
+
+
+def is_python_overhead(results):
+    return is_host_overhead(results) and all(r.parts[2:3] == ["python"] for r in results)
 
 
 def host_section(context, results):
@@ -661,6 +667,15 @@ graph, and an empty kernel launch as the driver's floor. The GPU column is the d
 over the same bursts.
 """
 
+PYTHON_HOST_TEXT = """\
+What one run costs the host from Python with torch CUDA tensors (bench/python/bench_overhead.py),
+on the same CONFIG1 b=2 step: `dsv4_run` through ctypes with a prebuilt argument struct (the
+floor: the C library's own cost plus one ctypes call), `dsv4.Plan.run` with eight torch tensors,
+`dsv4.torch.attention` with `out` / `lse` given and allocating them (through the `torch.library`
+custom op), and CUDA graph replay of one captured run and of 100 (per run). The GPU column is the
+run's device time, back to back.
+"""
+
 MULTI_GPU_TEXT = """\
 The Python examples on torch.distributed + NCCL (`examples/python/`, both run by
 `scripts/gpu/multi_gpu.sh`), on decode steps of FlashMLA's CONFIG1 / CONFIG2 sizes: b requests of
@@ -697,6 +712,9 @@ REGENERATE = """\
   `multi-gpu.json` (Google Benchmark JSON converted from the examples' `multi_gpu.json` by
   `scripts/perf/multi_gpu_results.py`) into `<outdir>`; copy it to
   `bench/results/multi-gpu-<machine>.json`.
+- Python: `scripts/gpu/python_gpu.sh bench` on the GPU machine writes `overhead.json`
+  (`bench/python/bench_overhead.py --json`, Google Benchmark JSON); copy it to
+  `bench/results/python-h200-host.json`.
 - Then `python3 scripts/perf/make_performance.py` (needs python3-matplotlib for the plots) and commit
   the JSON, the page and `docs/img/`. `--check` compares the page with the data without writing.
 """
@@ -735,6 +753,8 @@ def render(root):
             lines.append(f"## Several GPUs (torch.distributed + NCCL): {device.split(' (')[0]}\n")
         elif backend == "hip":
             lines.append(f"## HIP backend (`libdsv4-hip.so`): {device.split(' (')[0]}\n")
+        elif backend == "cuda" and is_python_overhead(results):
+            lines.append(f"## Python host overhead per call: {device.split(' (')[0]}\n")
         elif backend == "cuda" and is_host_overhead(results):
             lines.append(f"## CUDA host overhead per call: {device.split(' (')[0]}\n")
         elif backend == "cuda":
@@ -749,6 +769,9 @@ def render(root):
         elif backend == "hip":
             lines.append(HIP_TEXT)
             lines += portable_section(context, results) + [""]
+        elif backend == "cuda" and is_python_overhead(results):
+            lines.append(PYTHON_HOST_TEXT)
+            lines += host_section(context, results) + [""]
         elif backend == "cuda" and is_host_overhead(results):
             lines.append(HOST_TEXT)
             lines += host_section(context, results) + [""]
