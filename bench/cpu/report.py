@@ -56,7 +56,7 @@ def main():
     a = ap.parse_args()
 
     context, runs = medians(a.gbench)
-    _, torch_runs = medians(a.torch)
+    torch_context, torch_runs = medians(a.torch)
     peak, gather, label = {}, {}, ""
     for name, e in runs.items():
         p = params(name)
@@ -128,8 +128,8 @@ def main():
             f"Peak ({label}, {n} thread(s)): {peak[n]:.0f} GFLOP/s; random-row gather, {n} thread(s): "
             + ", ".join(f"{b} B rows {gather[(b, n)]:.1f} GB/s" for b in (584, 1024)) + ".",
             "Roofline per shape = min(peak, gather bandwidth × FLOP per gathered byte) "
-            "(2048 · heads FLOP per 584 B / 1024 B row); PyTorch: Debian python3-torch, "
-            "bench/cpu/torch_cpu.py.",
+            "(2048 · heads FLOP per 584 B / 1024 B row); PyTorch "
+            f"{torch_context.get('torch', '?')}, bench/cpu/torch_cpu.py.",
             f"Load average before / after the run: {a.load[0]} / {a.load[1]}.",
         ]
         ctx.update(backend="cpu", device=a.device, commit=a.commit, command=a.command,
