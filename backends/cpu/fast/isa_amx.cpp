@@ -14,13 +14,13 @@ namespace dsv4 {
 namespace cpu {
 namespace {
 
-// Tiles 0-5: 16 rows x 64 bytes (C: 16 fp32; A and B: 32 bf16).
+// Tiles 0-7: 16 rows x 64 bytes (C: 16 fp32; A and B: 32 bf16).
 struct alignas(64) tile_config {
   uint8_t palette = 1;
   uint8_t start_row = 0;
   uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
 };
 
 struct isa_amx_bf16 : fast::bf16_operands {
@@ -33,22 +33,45 @@ struct isa_amx_bf16 : fast::bf16_operands {
   }
 
   // C[16 rows][16 keys] = Q[16 rows][d] . K^T block: A = q rows (32 dims), B = 16 dim pairs.
+  // Two row groups by two key blocks at a time (C tiles 0-3, A 4-5, B 6-7): one tile load per
+  // product instead of two, as the loads, not the products, set the pace. npad is a multiple of
+  // 32 keys (kKeyPad); a last group of 16 rows takes the key blocks alone.
   static void qk(const uint16_t* q, int rows, int d, const uint8_t* tile, int npad, float* logits) {
     const fast::bf16_tile t = fast::bf16_tile_of(const_cast<uint8_t*>(tile), d);
     const tile_config cfg;
     _tile_loadconfig(&cfg);
     const int pairs = d / 2;
-    for (int r = 0; r < rows; r += 16) {
+    constexpr long kLogitStride = kChunkKeys * 4;
+    for (int r = 0; r < rows; r += 32) {
       const uint16_t* qr = q + static_cast<size_t>(r) * d;
-      for (int blk = 0; blk < npad / 16; ++blk) {
+      float* lr = logits + static_cast<size_t>(r) * kChunkKeys;
+      const bool two_groups = r + 16 < rows;
+      for (int blk = 0; blk < npad / 16; blk += 2) {
         const uint32_t* kt = t.kt + static_cast<size_t>(blk) * pairs * 16;
         _tile_zero(0);
-        for (int dp = 0; dp < pairs; dp += 16) {
-          _tile_loadd(1, qr + 2 * dp, d * 2);
-          _tile_loadd(2, kt + dp * 16, 64);
-          _tile_dpbf16ps(0, 1, 2);
+        _tile_zero(1);
+        if (two_groups) {
+          _tile_zero(2);
+          _tile_zero(3);
         }
-        _tile_stored(0, logits + static_cast<size_t>(r) * kChunkKeys + blk * 16, kChunkKeys * 4);
+        for (int dp = 0; dp < pairs; dp += 16) {
+          _tile_loadd(4, qr + 2 * dp, d * 2);
+          _tile_loadd(6, kt + dp * 16, 64);
+          _tile_loadd(7, kt + static_cast<size_t>(pairs) * 16 + dp * 16, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          if (two_groups) {
+            _tile_loadd(5, qr + static_cast<size_t>(16) * d + 2 * dp, d * 2);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+        }
+        _tile_stored(0, lr + blk * 16, kLogitStride);
+        _tile_stored(1, lr + (blk + 1) * 16, kLogitStride);
+        if (two_groups) {
+          _tile_stored(2, lr + 16 * kChunkKeys + blk * 16, kLogitStride);
+          _tile_stored(3, lr + 16 * kChunkKeys + (blk + 1) * 16, kLogitStride);
+        }
       }
     }
     _tile_release();
