@@ -60,12 +60,17 @@ _INPUTS = ("swa_cache", "extra_cache", "attn_sink", "indices", "indptr", "length
            "extra_indices", "extra_indptr", "extra_lengths", "query_start_loc", "seq_lens",
            "swa_block_table", "cmp_block_table", "slot_mapping", "topk_indices")
 _OUTPUTS = ("out", "lse", "max_logits")
+_INPUT_NAMES = frozenset(_INPUTS)
+_ARGUMENTS = _INPUTS + _OUTPUTS
 
 
 def _run(plan_id, q, *tensors):
-    """The ops' kernel (every device): tensors = _INPUTS, then out, lse[, max_logits]."""
-    named = dict(zip(_INPUTS + _OUTPUTS, tensors))
-    named["q"] = q
+    """The ops' kernel (every device): tensors = _INPUTS, then out, lse[, max_logits]. The
+    arguments given (not None) go to the plan by name, in one order for every call."""
+    named = {"q": q}
+    for name, value in zip(_ARGUMENTS, tensors):
+        if value is not None:
+            named[name] = value
     plan_by_id(plan_id)._run(named)
 
 
@@ -124,7 +129,7 @@ def run(plan, q, out=None, lse=None, max_logits=None, stream=None, **tensors):
     """One run of `plan` with torch tensors; tensors are dsv4_run_args names. Returns
     (out, lse), allocated when not given (max_logits is written only when given)."""
     for name in tensors:
-        if name not in _INPUTS:
+        if name not in _INPUT_NAMES:
             raise TypeError("unknown tensor argument %r" % name)
     inputs = [tensors.get(name) for name in _INPUTS]
     if stream is None:
