@@ -150,7 +150,8 @@ void require_contiguous(const tensor_view& v) {
       fail(DSV4_STATUS_INVALID_ARGUMENT,
            "%s->strides[%d] = %lld but the tensor must be contiguous (stride %lld)", v.name.c_str(),
            i, static_cast<long long>(v.stride[i]), static_cast<long long>(want));
-    want *= std::max<int64_t>(v.shape[i], 1);
+    // Saturates: an empty tensor (no extent check) may hold dimensions whose product overflows.
+    if (__builtin_mul_overflow(want, std::max<int64_t>(v.shape[i], 1), &want)) want = INT64_MAX;
   }
 }
 
@@ -198,16 +199,18 @@ dsv4_mod_cache check_cache(const dsv4_tensor* t, const std::string& name,
          static_cast<long long>(block_stride),
          mismatch == DSV4_STATUS_PLAN_MISMATCH ? "plan's" : "descriptor's",
          static_cast<long long>(desc.block_stride_bytes));
-  // Bytes one block spans inside the tensor: must cover the entries the layout stores.
+  // Bytes one block spans inside the tensor: must cover the entries the layout stores. Checked
+  // arithmetic: a cache of 0 blocks is empty, so check_tensor bounded none of its strides.
   int64_t inner = 1;
   for (int32_t i = 1; i < v.ndim; ++i) {
     if (v.shape[i] == 0) {
       inner = 0;
       break;
     }
-    inner += (v.shape[i] - 1) * v.stride[i];  // bounded by check_tensor's extent check
+    inner = add_or_fail(inner, mul_or_fail(v.shape[i] - 1, v.stride[i], name, "block extent"), name,
+                        "block extent");
   }
-  inner *= v.elem_bytes;
+  inner = mul_or_fail(inner, v.elem_bytes, name, "block extent");
   const int64_t content =
       static_cast<int64_t>(desc.block_size) * layout_bytes_per_token(desc.layout);
   if (inner < content)

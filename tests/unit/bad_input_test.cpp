@@ -465,6 +465,15 @@ TEST_F(BadInput, CacheBlockStrideDiffersFromPlan) {
                       "args->swa_cache");
 }
 
+TEST_F(BadInput, EmptyCacheWithOverflowingStrides) {
+  // A cache of 0 blocks is empty, so no extent check bounds its inner strides: the bytes a block
+  // spans must still be computed without overflow (UBSan: signed overflow; fuzz_run,
+  // fuzz_kv_write).
+  Variant empty(cache_.tensor, {0, 25152, 8}, {kBlockBytes, INT64_MAX, 1});
+  expect_run_rejected([&](dsv4_run_args& a) { a.swa_cache = &empty.tensor; }, {kInvalid},
+                      "args->swa_cache");
+}
+
 TEST_F(BadInput, CacheTooSmallOrWrongDtype) {
   Variant small(cache_.tensor, {kBlocks, 1000});
   expect_run_rejected([&](dsv4_run_args& a) { a.swa_cache = &small.tensor; }, {kInvalid, kMismatch},
