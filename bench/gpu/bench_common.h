@@ -421,4 +421,19 @@ inline std::vector<char*> with_default_flags(int argc, char** argv) {
   return args;
 }
 
+// Runs the registered cases with the suite's defaults (with_default_flags): 0, 2 for an unknown
+// flag, and 1 when the filter matches nothing, which Google Benchmark only prints. Names end in
+// /manual_time, so a '$' after a case's name never matches.
+inline int run_benchmarks(int argc, char** argv, const char* program) {
+  std::vector<char*> args = with_default_flags(argc, argv);
+  int n = static_cast<int>(args.size()) - 1;
+  benchmark::Initialize(&n, args.data());
+  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
+  const size_t ran = benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  if (ran != 0) return 0;
+  std::fprintf(stderr, "%s: no benchmark matched the filter\n", program);
+  return 1;
+}
+
 }  // namespace dsv4bench

@@ -664,18 +664,9 @@ int main(int argc, char** argv) {
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
     }
-    std::vector<char*> args = with_default_flags(static_cast<int>(rest.size()), rest.data());
-    int n = static_cast<int>(args.size()) - 1;
-    benchmark::Initialize(&n, args.data());
-    if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
-    // A filter that matches nothing is an error (Google Benchmark only prints it): names end in
-    // /manual_time, so a '$' after a case's name never matches.
-    const size_t ran = benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    if (ran == 0) {
-      std::fprintf(stderr, "dsv4_bench_cuda: no benchmark matched the filter\n");
-      return 1;
-    }
+    const int status =
+        run_benchmarks(static_cast<int>(rest.size()), rest.data(), "dsv4_bench_cuda");
+    if (status != 0) return status;
     if (const char* trace_out = std::getenv("DSV4_TRACE_OUT")) dump_trace(s.ctx.get(), trace_out);
     g_suite = nullptr;
     return 0;

@@ -225,20 +225,9 @@ int main(int argc, char** argv) {
                             std::pair{"cuda/host/graph_replay/b:2", &bm_graph_replay},
                             std::pair{"cuda/host/empty_launch", &bm_empty_launch}})
       benchmark::RegisterBenchmark(name, fn)->UseManualTime()->Unit(benchmark::kMicrosecond);
-    std::vector<char*> args = with_default_flags(argc, argv);
-    int n = static_cast<int>(args.size()) - 1;
-    benchmark::Initialize(&n, args.data());
-    if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
-    // A filter that matches nothing is an error (Google Benchmark only prints it): names end in
-    // /manual_time, so a '$' after a case's name never matches.
-    const size_t ran = benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    if (ran == 0) {
-      std::fprintf(stderr, "dsv4_bench_host_overhead: no benchmark matched the filter\n");
-      return 1;
-    }
+    const int status = run_benchmarks(argc, argv, "dsv4_bench_host_overhead");
     g_step = nullptr;
-    return 0;
+    return status;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dsv4_bench_host_overhead: %s\n", e.what());
     return 1;
