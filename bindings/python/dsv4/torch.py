@@ -12,9 +12,11 @@ given, and uses the plan's workspace for that stream (allocated once, as a torch
 `plan.workspace(stream)` before a CUDA graph capture so that the capture allocates nothing). The
 calls enqueue work and never synchronise, so they can be captured in torch.cuda.graph.
 
-On torch >= 2.4 the calls go through the custom ops `torch.ops.dsv4.run` / `run_max_logits`
-(torch.library, with fake kernels), so torch.compile traces them; older torch (Debian's 1.13)
-calls the same implementation directly (HAS_CUSTOM_OP is False).
+On torch >= 2.4 the calls are the custom ops `torch.ops.dsv4.run` / `run_max_logits`
+(torch.library, with fake kernels), so torch.compile traces them. In plain eager code (not being
+compiled, no torch function or dispatch mode active, plain tensors) they call the ops' kernel
+directly: the dispatcher's trip would cost more host time than the run itself. Older torch
+(Debian's 1.13) always calls the kernel directly (HAS_CUSTOM_OP is False).
 """
 import contextlib
 import threading
@@ -109,9 +111,17 @@ if HAS_CUSTOM_OP:
     torch.library.register_fake("dsv4::merge", _no_output, lib=_library)
     _run_op, _run_max_logits_op = torch.ops.dsv4.run, torch.ops.dsv4.run_max_logits
     _merge_op = torch.ops.dsv4.merge
+    _C, _is_compiling = torch._C, torch.compiler.is_compiling
 else:
-    _run_op = _run_max_logits_op = _run
-    _merge_op = _merge
+    _run_op = _run_max_logits_op = _merge_op = None
+
+
+def _eager(q):
+    """True where the op would reach its kernel with these very tensors: eager code, no mode
+    that intercepts ops, q a plain tensor (a subclass such as a fake or functional tensor goes
+    through the op). torch.compile's tracer sees is_compiling() as True, so it records the op."""
+    return not (_is_compiling() or _C._is_torch_function_mode_enabled() or
+                _C._len_torch_dispatch_stack()) and type(q) is torch.Tensor
 
 
 # ----------------------------------------- functions --------------------------------------------
@@ -144,7 +154,9 @@ def _call(plan, q, inputs, out, lse, max_logits):
         out = torch.empty(q.shape[:-1] + (HEAD_DIM_V,), dtype=torch.bfloat16, device=q.device)
     if lse is None:
         lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
-    if max_logits is None:
+    if not HAS_CUSTOM_OP or _eager(q):
+        _run(plan.id, q, *inputs, out, lse, max_logits)
+    elif max_logits is None:
         _run_op(plan.id, q, *inputs, out, lse)
     else:
         _run_max_logits_op(plan.id, q, *inputs, out, lse, max_logits)
@@ -189,5 +201,8 @@ def _merge_call(out_parts, lse_parts, attn_sink, out, lse):
         out = torch.empty(out_parts.shape[1:], dtype=torch.bfloat16, device=out_parts.device)
     if lse is None:
         lse = torch.empty(lse_parts.shape[1:], dtype=torch.float32, device=lse_parts.device)
-    _merge_op(out_parts, lse_parts, attn_sink, out, lse)
+    if not HAS_CUSTOM_OP or _eager(out_parts):
+        _merge(out_parts, lse_parts, attn_sink, out, lse)
+    else:
+        _merge_op(out_parts, lse_parts, attn_sink, out, lse)
     return out, lse

@@ -87,6 +87,32 @@ class TorchFrontTest(unittest.TestCase):
 
     @unittest.skipUnless(dt.HAS_CUSTOM_OP, "torch %s has no torch.library.register_fake" %
                          torch.__version__)
+    def test_eager_calls_skip_the_dispatcher_and_modes_see_the_op(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        seen = []
+
+        class Record(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                seen.append(str(func))
+                return func(*args, **(kwargs or {}))
+
+        def through_the_dispatcher(*args):
+            raise AssertionError("an eager call went through torch.ops.dsv4.run")
+
+        saved = dt._run_op
+        dt._run_op = through_the_dispatcher
+        try:
+            out, lse = self.call()
+        finally:
+            dt._run_op = saved
+        cases.check(self, out, lse, self.want, self.problem.describe())
+        with Record():
+            out_seen, lse_seen = self.call()
+        self.assertIn("dsv4.run.default", seen)
+        self.assertTrue(torch.equal(out, out_seen) and torch.equal(lse, lse_seen))
+
+    @unittest.skipUnless(dt.HAS_CUSTOM_OP, "torch %s has no torch.library.register_fake" %
+                         torch.__version__)
     def test_custom_op_under_torch_compile(self):
         self.assertIs(dt._run_op, torch.ops.dsv4.run)
         inputs = dict(self.inputs)
@@ -107,13 +133,6 @@ class TorchFrontTest(unittest.TestCase):
                                        problem.extra.lengths, problem.sink)
             cases.check(self, out2 / 2, lse, want, "compiled, scale %g, %s" %
                         (scale, problem.describe()))
-
-
-@unittest.skipIf(dt.HAS_CUSTOM_OP, "this torch has custom ops")
-class OldTorchTest(unittest.TestCase):
-    def test_plain_functions_are_the_implementation(self):
-        self.assertIs(dt._run_op, dt._run)
-        self.assertIs(dt._run_max_logits_op, dt._run)
 
 
 if __name__ == "__main__":
