@@ -14,6 +14,7 @@
 //                                              16384 keys per request, sink on; CONFIG3/4 with
 //                                              per-request extra lengths) at b = 2, 64, 128, 256
 //   cuda/CONFIG1/heads:8/b:64                  CONFIG1's shape with 8, 16, 32 and 64 heads
+//   cuda/CONFIG2/heads:64/b:256                CONFIG2's shape on one of 2 tensor-parallel ranks
 //   cuda/CONFIG1/cache:bf16/b:64               CONFIG1 and CONFIG2 over a bf16 cache
 //   cuda/CONFIG1/heads:8/chunk:32/b:64         the 32-key-chunk variant of sm_86/89, forced here
 //                                              (DSV4_CUDA_FORCE=chunk=32)
@@ -133,6 +134,13 @@ std::vector<bench_case> attention_cases() {
       c.name = "cuda/CONFIG1/heads:" + std::to_string(h) + "/b:" + std::to_string(b);
       v.push_back(c);
     }
+  }
+  // CONFIG2 on one of 2 tensor-parallel ranks (64 of its 128 heads): issue 55's per-rank target.
+  for (int b : {64, 256}) {
+    bench_case c = decode(configs[1], b);
+    c.heads = 64;
+    c.name = "cuda/CONFIG2/heads:64/b:" + std::to_string(b);
+    v.push_back(c);
   }
   // The bf16 cache, same decode shapes.
   for (const config& k : {configs[0], configs[1]}) {

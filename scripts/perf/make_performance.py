@@ -671,9 +671,9 @@ PYTHON_HOST_TEXT = """\
 What one run costs the host from Python with torch CUDA tensors (bench/python/bench_overhead.py),
 on the same CONFIG1 b=2 step: `dsv4_run` through ctypes with a prebuilt argument struct (the
 floor: the C library's own cost plus one ctypes call), `dsv4.Plan.run` with eight torch tensors,
-`dsv4.torch.attention` with `out` / `lse` given and allocating them (through the `torch.library`
-custom op), and CUDA graph replay of one captured run and of 100 (per run). The GPU column is the
-run's device time, back to back.
+`dsv4.torch.attention` with `out` / `lse` given and allocating them (in eager code, a direct call
+of the `torch.library` custom op's kernel), and CUDA graph replay of one captured run and of 100
+(per run). The GPU column is the run's device time, back to back.
 """
 
 MULTI_GPU_TEXT = """\
