@@ -28,7 +28,8 @@ bool isa_runs_here(fast_isa isa) {
     case fast_isa::avx512_bf16:
       return avx2 && f.avx512bw && f.avx512vl && f.avx512_bf16;
     case fast_isa::amx_bf16:
-      return avx2 && f.amx_bf16 && fast_amx_request_permission();
+      // Every AMX CPU has AVX-512, which the kernel's softmax uses.
+      return avx2 && f.avx512f && f.amx_bf16 && fast_amx_request_permission();
     default:
       return false;
   }

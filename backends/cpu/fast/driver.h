@@ -4,6 +4,7 @@
 //
 // An Isa provides:
 //   kRowPad, kKeyPad       query rows / keys are padded to these multiples (zero rows / keys)
+//   lanes                  the softmax's vector operations (lanes8, or lanes16 with AVX-512)
 //   q_t, p_t               element types of the query rows and of P (float or bf16 bits)
 //   tile_bytes(d_qk)       bytes of one decoded tile of kChunkKeys keys
 //   build_tile(...)        decodes nk candidates into the tile (padding keys zero)
@@ -25,6 +26,10 @@
 #include "common/softmax.h"
 #include "fast/job.h"
 
+#if DSV4_CPU_EMULATE_ISA
+#include <simde/x86/avx512.h>
+#endif
+
 #ifndef DSV4_CPU_MUTATION
 #define DSV4_CPU_MUTATION 0  // 1: sink ignored; 2: first valid candidate read one slot too far
 #endif
@@ -39,29 +44,135 @@ constexpr size_t kAlign = 64;
 inline size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 inline int round_up_int(int n, int m) { return (n + m - 1) / m * m; }
 
-// exp(x) of 8 lanes for the softmax (x = logit - running max <= 0): Cody-Waite reduction and a
-// degree-6 polynomial, within 2 ulp; 0 below -87, NaN stays NaN. Every ISA has AVX2/FMA, and every
-// lane computes the same function, so a row's weights never depend on where it sits.
-inline __m256 exp8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.0f);
-  const __m256 xc = _mm256_max_ps(lo, x);  // NaN x stays NaN (max returns its second operand)
-  const __m256 magic = _mm256_set1_ps(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-  const __m256 t = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), magic);
-  const __m256 n = _mm256_sub_ps(t, magic);
-  const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4b400000));
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256 scale =
-      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
-  return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), _mm256_mul_ps(p, scale));
+// The softmax's vector operations on 8 lanes (AVX2, every fast ISA) or 16 (AVX-512: the AMX and
+// AVX512_BF16 kernels; over SIMDe in the test-only emulated module).
+struct lanes8 {
+  using f = __m256;
+  using i = __m256i;
+  static constexpr int kLanes = 8;
+  static f load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, f v) { _mm256_storeu_ps(p, v); }
+  static f set1(float x) { return _mm256_set1_ps(x); }
+  static f add(f a, f b) { return _mm256_add_ps(a, b); }
+  static f sub(f a, f b) { return _mm256_sub_ps(a, b); }
+  static f mul(f a, f b) { return _mm256_mul_ps(a, b); }
+  static f max(f a, f b) { return _mm256_max_ps(a, b); }  // b where either is NaN
+  static f fmadd(f a, f b, f c) { return _mm256_fmadd_ps(a, b, c); }
+  static f fnmadd(f a, f b, f c) { return _mm256_fnmadd_ps(a, b, c); }
+  static i as_int(f v) { return _mm256_castps_si256(v); }
+  static f as_float(i v) { return _mm256_castsi256_ps(v); }
+  static i add_int(i a, i b) { return _mm256_add_epi32(a, b); }
+  static i sub_int(i a, i b) { return _mm256_sub_epi32(a, b); }
+  static i set1_int(int x) { return _mm256_set1_epi32(x); }
+  static i shift_left(i v, int n) { return _mm256_slli_epi32(v, n); }
+  // value where x >= lo (or x is NaN), 0 where x < lo
+  static f zero_below(f value, f x, f lo) {
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), value);
+  }
+  static float reduce_add(f v);  // hsum8 and hmax8 below
+  static float reduce_max(f v);
+  static void store_p(float* dst, f v) { _mm256_storeu_ps(dst, v); }
+  static void store_p(uint16_t* dst, f v);  // store_bf16x8
+};
+
+#if defined(__AVX512F__) || DSV4_CPU_EMULATE_ISA
+#if DSV4_CPU_EMULATE_ISA
+#define DSV4_X512(name) simde##name
+#else
+#define DSV4_X512(name) name
+#endif
+struct lanes16 {
+  using f = DSV4_X512(__m512);
+  using i = DSV4_X512(__m512i);
+  using mask = DSV4_X512(__mmask16);
+  static constexpr int kLanes = 16;
+  static constexpr mask kAll = 0xffff;
+  static f load(const float* p) { return DSV4_X512(_mm512_loadu_ps)(p); }
+  static void store(float* p, f v) { DSV4_X512(_mm512_storeu_ps)(p, v); }
+  static f set1(float x) { return DSV4_X512(_mm512_set1_ps)(x); }
+  static f add(f a, f b) { return DSV4_X512(_mm512_add_ps)(a, b); }
+  static f sub(f a, f b) { return DSV4_X512(_mm512_sub_ps)(a, b); }
+  static f mul(f a, f b) { return DSV4_X512(_mm512_mul_ps)(a, b); }
+  // The masked forms with every lane set: their unmasked forms read an undefined vector, which
+  // GCC 12 reports as maybe-uninitialized.
+  static f max(f a, f b) { return DSV4_X512(_mm512_mask_max_ps)(a, kAll, a, b); }  // as lanes8
+  static f fmadd(f a, f b, f c) { return DSV4_X512(_mm512_fmadd_ps)(a, b, c); }
+  static f fnmadd(f a, f b, f c) { return DSV4_X512(_mm512_fnmadd_ps)(a, b, c); }
+  static i as_int(f v) { return DSV4_X512(_mm512_castps_si512)(v); }
+  static f as_float(i v) { return DSV4_X512(_mm512_castsi512_ps)(v); }
+  static i add_int(i a, i b) { return DSV4_X512(_mm512_add_epi32)(a, b); }
+  static i sub_int(i a, i b) { return DSV4_X512(_mm512_sub_epi32)(a, b); }
+  static i set1_int(int x) { return DSV4_X512(_mm512_set1_epi32)(x); }
+#if DSV4_CPU_EMULATE_ISA
+  static i shift_left(i v, unsigned n) { return simde_mm512_slli_epi32(v, n); }
+  static i shift_right(i v, unsigned n) { return simde_mm512_srli_epi32(v, n); }
+  static void store_low_halves(uint16_t* dst, i v) {  // SIMDe has no cvtepi32_epi16
+    uint32_t w[16];
+    simde_mm512_storeu_si512(w, v);
+    for (int k = 0; k < 16; ++k) dst[k] = static_cast<uint16_t>(w[k]);
+  }
+#else
+  static i shift_left(i v, unsigned n) { return _mm512_mask_slli_epi32(v, kAll, v, n); }
+  static i shift_right(i v, unsigned n) { return _mm512_mask_srli_epi32(v, kAll, v, n); }
+  static void store_low_halves(uint16_t* dst, i v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                        _mm512_mask_cvtepi32_epi16(_mm256_setzero_si256(), kAll, v));
+  }
+#endif
+  static f zero_below(f value, f x, f lo) {
+    const mask below = DSV4_X512(_mm512_cmp_ps_mask)(x, lo, _CMP_LT_OQ);
+    return DSV4_X512(_mm512_maskz_mov_ps)(static_cast<mask>(~below), value);
+  }
+  // Sum and max of the 16 lanes in a fixed order (halves, then quarters, ...).
+  static float reduce_add(f v) {
+    float a[16];
+    store(a, v);
+    for (int w = 8; w >= 1; w /= 2)
+      for (int k = 0; k < w; ++k) a[k] += a[k + w];
+    return a[0];
+  }
+  static float reduce_max(f v) {
+    float a[16];
+    store(a, v);
+    for (int w = 8; w >= 1; w /= 2)
+      for (int k = 0; k < w; ++k) a[k] = a[k + w] > a[k] ? a[k + w] : a[k];
+    return a[0];
+  }
+  // 16 fp32 to bf16 bits, round to nearest even (the values are finite or NaN).
+  static void store_p(uint16_t* dst, f v) {
+    i u = as_int(v);
+    const i lsb = DSV4_X512(_mm512_and_si512)(shift_right(u, 16), set1_int(1));
+    u = shift_right(add_int(u, add_int(set1_int(0x7fff), lsb)), 16);
+    store_low_halves(dst, u);
+  }
+};
+#undef DSV4_X512
+#endif
+
+// exp(x) per lane for the softmax (x = logit - running max <= 0): Cody-Waite reduction and a
+// degree-6 polynomial, within 2 ulp; 0 below -87, NaN stays NaN. Every lane and every lane width
+// computes the same function, so a row's weights never depend on where it sits.
+template <class V>
+inline typename V::f exp_lanes(typename V::f x) {
+  const auto lo = V::set1(-87.0f);
+  const auto xc = V::max(lo, x);            // NaN x stays NaN (max returns its second operand)
+  const auto magic = V::set1(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  const auto t = V::fmadd(xc, V::set1(1.44269504088896341f), magic);
+  const auto n = V::sub(t, magic);
+  const auto ni = V::sub_int(V::as_int(t), V::set1_int(0x4b400000));
+  auto r = V::fnmadd(n, V::set1(0.693359375f), xc);
+  r = V::fnmadd(n, V::set1(-2.12194440e-4f), r);
+  auto p = V::set1(1.0f / 720.0f);
+  p = V::fmadd(p, r, V::set1(1.0f / 120.0f));
+  p = V::fmadd(p, r, V::set1(1.0f / 24.0f));
+  p = V::fmadd(p, r, V::set1(1.0f / 6.0f));
+  p = V::fmadd(p, r, V::set1(0.5f));
+  p = V::fmadd(p, r, V::set1(1.0f));
+  p = V::fmadd(p, r, V::set1(1.0f));
+  const auto scale = V::as_float(V::shift_left(V::add_int(ni, V::set1_int(127)), 23));
+  return V::zero_below(V::mul(p, scale), x, lo);
 }
+inline __m256 exp8(__m256 x) { return exp_lanes<lanes8>(x); }
 
 // Sum and max of 8 lanes in a fixed order.
 inline float hsum8(__m256 v) {
@@ -83,8 +194,9 @@ inline void store_bf16x8(uint16_t* dst, __m256 v) {
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(u, u), 0x08);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_castsi256_si128(packed));
 }
-inline void store_p8(float* dst, __m256 v) { _mm256_storeu_ps(dst, v); }
-inline void store_p8(uint16_t* dst, __m256 v) { store_bf16x8(dst, v); }
+inline float lanes8::reduce_add(__m256 v) { return hsum8(v); }
+inline float lanes8::reduce_max(__m256 v) { return hmax8(v); }
+inline void lanes8::store_p(uint16_t* dst, __m256 v) { store_bf16x8(dst, v); }
 
 // ---------------------------------------------------------------------------------------------
 // Row decoder (AVX2 + F16C, which every fast ISA has): one cache entry to fp32, exactly the values
@@ -389,41 +501,41 @@ void load_queries(const fast_job& job, int64_t t0, int ntok, int h0, int nh, int
   }
 }
 
-// Folds one chunk's logits into the running state of each row and writes P (Isa format).
+// Folds one chunk's logits into the running state of each row and writes P (Isa format), on the
+// Isa's softmax lanes (Isa::lanes: lanes8 or lanes16).
 template <class Isa>
 __attribute__((noinline)) void softmax_chunk(int rows, int nk, int npad, const item_scratch& s) {
+  using V = typename Isa::lanes;
   auto* p = static_cast<typename Isa::p_t*>(s.p);
   const int n16 = round_up_int(npad, 16);  // whole 16-key groups (the tile padding is 8 or 32)
-  const __m256 neg_inf = _mm256_set1_ps(-kInf);
   for (int r = 0; r < rows; ++r) {
     float* l = s.logits + static_cast<size_t>(r) * kChunkKeys;
-    for (int j = 0; j < npad; j += 8)
-      _mm256_storeu_ps(l + j,
-                       _mm256_mul_ps(_mm256_loadu_ps(l + j), _mm256_loadu_ps(s.key_mult + j)));
+    for (int j = 0; j < n16; j += V::kLanes)
+      V::store(l + j, V::mul(V::load(l + j), V::load(s.key_mult + j)));
     for (int j = nk; j < n16; ++j) l[j] = -kInf;
-    __m256 m8 = neg_inf;
-    for (int j = 0; j < n16; j += 8) m8 = _mm256_max_ps(_mm256_loadu_ps(l + j), m8);  // NaN ignored
-    const float m = hmax8(m8);
+    auto lane_max = V::set1(-kInf);
+    for (int j = 0; j < n16; j += V::kLanes)
+      lane_max = V::max(V::load(l + j), lane_max);  // NaN ignored
+    const float m = V::reduce_max(lane_max);
     const float old = s.row_max[r];
     const float m_new = m > old ? m : old;
     const float alpha =
         old == -kInf ? 0.0f
                      : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(old - m_new))));
-    const __m256 mv = _mm256_set1_ps(m_new);
-    __m256 sum8 = _mm256_setzero_ps();
+    const auto mv = V::set1(m_new);
+    auto lane_sum = V::set1(0.0f);
     typename Isa::p_t* pr = p + static_cast<size_t>(r) * kChunkKeys;
-    for (int j = 0; j < n16; j += 8) {
-      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(l + j), mv));
-      sum8 = _mm256_add_ps(sum8, e);
-      store_p8(pr + j, _mm256_mul_ps(e, _mm256_loadu_ps(s.key_weight + j)));
+    for (int j = 0; j < n16; j += V::kLanes) {
+      const auto e = exp_lanes<V>(V::sub(V::load(l + j), mv));
+      lane_sum = V::add(lane_sum, e);
+      V::store_p(pr + j, V::mul(e, V::load(s.key_weight + j)));
     }
-    s.row_sum[r] = s.row_sum[r] * alpha + hsum8(sum8);
+    s.row_sum[r] = s.row_sum[r] * alpha + V::reduce_add(lane_sum);
     s.row_max[r] = m_new;
     if (alpha != 1.0f) {
-      const __m256 av = _mm256_set1_ps(alpha);
-      float* a = s.acc + static_cast<size_t>(r) * kHeadDim;
-      for (int d = 0; d < kHeadDim; d += 8)
-        _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), av));
+      const auto av = V::set1(alpha);
+      float* acc = s.acc + static_cast<size_t>(r) * kHeadDim;
+      for (int d = 0; d < kHeadDim; d += V::kLanes) V::store(acc + d, V::mul(V::load(acc + d), av));
     }
   }
 }

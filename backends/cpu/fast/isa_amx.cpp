@@ -1,8 +1,9 @@
 // The AMX-BF16 fast kernel (Intel Sapphire Rapids and later): the same bf16 tiles as the
 // AVX512_BF16 kernel (bf16_tile.h), Q K^T and P V as TDPBF16PS on 16-row tiles. Compiled with
-// -mamx-tile -mamx-bf16; the front runs it only where CPUID reports AMX-BF16, the OS enables the
-// tile state (XCR0) and Linux grants it to the process (arch_prctl). The project's machines have no
-// AMX: there the test-only emulated module (DSV4_CPU_EMULATE_ISA, amx_emulation.h) runs this code.
+// -mamx-tile -mamx-bf16 and -mavx512f (the softmax's 16 lanes); the front runs it only where CPUID
+// reports AMX-BF16 and AVX-512F, the OS enables the tile state (XCR0) and Linux grants it to the
+// process (arch_prctl). The project's machines have no AMX: there the test-only emulated module
+// (DSV4_CPU_EMULATE_ISA, amx_emulation.h, SIMDe) runs this code.
 #include "fast/bf16_tile.h"
 #include "probe.h"
 
@@ -26,6 +27,7 @@ struct alignas(64) tile_config {
 struct isa_amx_bf16 : fast::bf16_operands {
   static constexpr int kRowPad = 16;
   static constexpr int kKeyPad = 32;
+  using lanes = fast::lanes16;
 
   static void build_tile(const dsv4_mod_run& run, int d_qk, const int32_t* slots,
                          const uint8_t* list, int nk, int npad, uint8_t* tile) {
