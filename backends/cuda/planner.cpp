@@ -75,7 +75,10 @@ tiling choose_tiling(const run_planner& p, int64_t tokens, bool sm90_ok, split_p
   const tiling* pick = &wide;
   *splits = choose_splits(p, wide, tokens);
   const bool small_ok = sm90_ok && p.force_sm90_narrow >= 0;
-  const tiling* others[3] = {&p.narrow, small_ok ? &p.sm90_narrow[0] : nullptr,
+  // kernel=wgmma: the runs the wgmma kernel serves take it, whatever the splits.
+  const bool wgmma_only = sm90_ok && p.force_sm90_narrow < 0 && p.sm90.head_tiles != 0;
+  const tiling* others[3] = {wgmma_only ? nullptr : &p.narrow,
+                             small_ok ? &p.sm90_narrow[0] : nullptr,
                              small_ok ? &p.sm90_narrow[1] : nullptr};
   for (const tiling* other : others) {
     if (other == nullptr || other->head_tiles == 0 || other->forced_only) continue;
