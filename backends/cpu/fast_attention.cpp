@@ -157,7 +157,8 @@ dsv4_status fast_attention::run(thread_pool& pool, const dsv4_mod_run& run) cons
   const int rows_cap = max_group * heads_per_group;
   int splits = 1;
   if (!invariant && pairs < workers && pairs <= max_pairs_) {
-    const int64_t max_chunks = (limits_.main + limits_.extra + kChunkKeys - 1) / kChunkKeys;
+    const int chunk = fast_chunk_keys(isa_);
+    const int64_t max_chunks = (limits_.main + limits_.extra + chunk - 1) / chunk;
     const int64_t fit =
         static_cast<int64_t>(partial_floats_ / (static_cast<size_t>(pairs) * rows_cap *
                                                 static_cast<size_t>(kHeadDim + 2)));

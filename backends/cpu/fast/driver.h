@@ -4,6 +4,7 @@
 //
 // An Isa provides:
 //   kRowPad, kKeyPad       query rows / keys are padded to these multiples (zero rows / keys)
+//   kChunk                 keys per chunk (fast_chunk_keys of its fast_isa)
 //   lanes                  the softmax's vector operations (lanes8, or lanes16 with AVX-512)
 //   q_t, p_t               element types of the query rows and of P (float or bf16 bits)
 //   tile_bytes(d_qk)       bytes of one decoded tile of kChunkKeys keys
@@ -557,7 +558,7 @@ void run_item(const fast_job& job, int64_t item, int worker) {
   const int rows_pad = round_up_int(rows, Isa::kRowPad);
 
   const int64_t n = gather_candidates(job, t0, s.slots, s.list);
-  const int64_t chunks = (n + kChunkKeys - 1) / kChunkKeys;
+  const int64_t chunks = (n + Isa::kChunk - 1) / Isa::kChunk;
   const int64_t per_split = (chunks + job.splits - 1) / job.splits;
   const int64_t c_begin = std::min(chunks, split * per_split);
   const int64_t c_end = std::min(chunks, c_begin + per_split);
@@ -568,12 +569,12 @@ void run_item(const fast_job& job, int64_t item, int worker) {
   }
   std::memset(s.acc, 0, sizeof(float) * static_cast<size_t>(rows_pad) * kHeadDim);
   if (c_end > c_begin) {
-    prefetch_chunk_head(run, s.slots, s.list, c_begin * kChunkKeys, n);
+    prefetch_chunk_head(run, s.slots, s.list, c_begin * Isa::kChunk, n);
     auto* q = static_cast<typename Isa::q_t*>(s.q);
     load_queries<Isa>(job, t0, ntok, h0, nh, rows_pad, q);
     for (int64_t c = c_begin; c < c_end; ++c) {
-      const int64_t k0 = c * kChunkKeys;
-      const int nk = static_cast<int>(std::min<int64_t>(kChunkKeys, n - k0));
+      const int64_t k0 = c * Isa::kChunk;
+      const int nk = static_cast<int>(std::min<int64_t>(Isa::kChunk, n - k0));
       const int npad = round_up_int(nk, Isa::kKeyPad);
       for (int j = 0; j < round_up_int(npad, 16); ++j) {
         const int l = j < nk ? s.list[k0 + j] : 0;
@@ -581,7 +582,7 @@ void run_item(const fast_job& job, int64_t item, int worker) {
         s.key_weight[j] = j < nk ? job.scales.weight[l] : 0.0f;
       }
       Isa::build_tile(run, job.d_qk, s.slots + k0, s.list + k0, nk, npad, s.tile);
-      if (c + 1 < c_end) prefetch_chunk_head(run, s.slots, s.list, k0 + kChunkKeys, n);
+      if (c + 1 < c_end) prefetch_chunk_head(run, s.slots, s.list, k0 + Isa::kChunk, n);
       Isa::qk(q, rows_pad, job.d_qk, s.tile, npad, s.logits);
       softmax_chunk<Isa>(rows, nk, npad, s);
       Isa::pv(static_cast<const typename Isa::p_t*>(s.p), rows_pad, job.d_qk, s.tile, npad, s.acc);

@@ -4,10 +4,10 @@
 // Work item = (token group, head group, key split). A token group is a run of consecutive tokens
 // whose candidate lists are identical (the MTP tokens of one request when the engine passes one
 // list per request): their rows are decoded once for all of their query rows. Every item walks
-// its keys in fixed chunks of kChunkKeys valid candidates (in list order) with an online softmax,
-// so a row's arithmetic depends only on its own lists, never on the batch, the head grouping or
-// the thread count. Key splits (several items per row, merged in split order) exist only without
-// DSV4_PLAN_FLAG_BATCH_INVARIANT, when there are fewer rows than workers.
+// its keys in fixed chunks of valid candidates (in list order; fast_chunk_keys) with an online
+// softmax, so a row's arithmetic depends only on its own lists, never on the batch, the head
+// grouping or the thread count. Key splits (several items per row, merged in split order) exist
+// only without DSV4_PLAN_FLAG_BATCH_INVARIANT, when there are fewer rows than workers.
 #pragma once
 
 #include <atomic>
@@ -20,7 +20,7 @@
 namespace dsv4 {
 namespace cpu {
 
-constexpr int kChunkKeys = 128;     // keys per tile: a multiple of every ISA's key padding
+constexpr int kChunkKeys = 128;     // keys per tile at most (scratch sizes, row strides)
 constexpr int kMaxGroupTokens = 4;  // tokens sharing one decode (MTP: s_q <= 4)
 // Query rows per item (a multiple of every ISA's row pad): 128 heads of one token, or 32 heads of
 // 4 MTP tokens, share one decode of their keys.
@@ -28,6 +28,14 @@ constexpr int kMaxRowsPerItem = 128;
 
 // Instruction sets of the fast kernels, best last. The reference kernel is separate.
 enum class fast_isa { none = 0, avx2 = 1, avx512_bf16 = 2, amx_bf16 = 3 };
+
+// Keys per chunk of each kernel (a multiple of its key padding, at most kChunkKeys). The AVX2
+// kernel's fp32 tile of 64 keys (147 KB) stays in a 512 KB L2 beside its item's other buffers;
+// 64 keys ran 2-13 % faster than 128 there and 32 keys no faster (docs/cpu-backend.md).
+constexpr int kChunkKeysAvx2 = 64;
+inline int fast_chunk_keys(fast_isa isa) {
+  return isa == fast_isa::avx2 ? kChunkKeysAvx2 : kChunkKeys;
+}
 inline const char* fast_isa_name(fast_isa isa) {
   switch (isa) {
     case fast_isa::avx2:
