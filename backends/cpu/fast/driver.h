@@ -70,10 +70,26 @@ struct lanes8 {
   static f zero_below(f value, f x, f lo) {
     return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), value);
   }
-  static float reduce_add(f v);  // hsum8 and hmax8 below
-  static float reduce_max(f v);
+  // Sum and max of the 8 lanes in a fixed order.
+  static float reduce_add(f v) {
+    const __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 b = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
+  }
+  static float reduce_max(f v) {
+    const __m128 a = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 b = _mm_max_ps(a, _mm_movehl_ps(a, a));
+    return _mm_cvtss_f32(_mm_max_ss(b, _mm_movehdup_ps(b)));
+  }
   static void store_p(float* dst, f v) { _mm256_storeu_ps(dst, v); }
-  static void store_p(uint16_t* dst, f v);  // store_bf16x8
+  // 8 fp32 to bf16 bits, round to nearest even (the values are finite or NaN).
+  static void store_p(uint16_t* dst, f v) {
+    i u = as_int(v);
+    const i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), set1_int(1));
+    u = _mm256_srli_epi32(add_int(u, add_int(set1_int(0x7fff), lsb)), 16);
+    const i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(u, u), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_castsi256_si128(packed));
+  }
 };
 
 #if defined(__AVX512F__) || DSV4_CPU_EMULATE_ISA
@@ -173,31 +189,6 @@ inline typename V::f exp_lanes(typename V::f x) {
   const auto scale = V::as_float(V::shift_left(V::add_int(ni, V::set1_int(127)), 23));
   return V::zero_below(V::mul(p, scale), x, lo);
 }
-inline __m256 exp8(__m256 x) { return exp_lanes<lanes8>(x); }
-
-// Sum and max of 8 lanes in a fixed order.
-inline float hsum8(__m256 v) {
-  const __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 b = _mm_add_ps(a, _mm_movehl_ps(a, a));
-  return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
-}
-inline float hmax8(__m256 v) {
-  const __m128 a = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 b = _mm_max_ps(a, _mm_movehl_ps(a, a));
-  return _mm_cvtss_f32(_mm_max_ss(b, _mm_movehdup_ps(b)));
-}
-
-// 8 fp32 to bf16 bits, round to nearest even (the values are finite or NaN).
-inline void store_bf16x8(uint16_t* dst, __m256 v) {
-  __m256i u = _mm256_castps_si256(v);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  u = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
-  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(u, u), 0x08);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_castsi256_si128(packed));
-}
-inline float lanes8::reduce_add(__m256 v) { return hsum8(v); }
-inline float lanes8::reduce_max(__m256 v) { return hmax8(v); }
-inline void lanes8::store_p(uint16_t* dst, __m256 v) { store_bf16x8(dst, v); }
 
 // ---------------------------------------------------------------------------------------------
 // Row decoder (AVX2 + F16C, which every fast ISA has): one cache entry to fp32, exactly the values
@@ -521,8 +512,9 @@ __attribute__((noinline)) void softmax_chunk(int rows, int nk, int npad, const i
     const float old = s.row_max[r];
     const float m_new = m > old ? m : old;
     const float alpha =
-        old == -kInf ? 0.0f
-                     : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(old - m_new))));
+        old == -kInf
+            ? 0.0f
+            : _mm_cvtss_f32(_mm256_castps256_ps128(exp_lanes<lanes8>(_mm256_set1_ps(old - m_new))));
     const auto mv = V::set1(m_new);
     auto lane_sum = V::set1(0.0f);
     typename Isa::p_t* pr = p + static_cast<size_t>(r) * kChunkKeys;

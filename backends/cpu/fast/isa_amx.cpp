@@ -27,7 +27,7 @@ struct alignas(64) tile_config {
 struct isa_amx_bf16 : fast::bf16_operands {
   static constexpr int kRowPad = 16;
   static constexpr int kKeyPad = 32;
-  static constexpr int kChunk = kChunkKeys;
+  static constexpr int kChunk = fast_chunk_keys(fast_isa::amx_bf16);
   using lanes = fast::lanes16;
 
   static void build_tile(const dsv4_mod_run& run, int d_qk, const int32_t* slots,

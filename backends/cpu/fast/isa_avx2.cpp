@@ -81,7 +81,7 @@ inline void pv_rows(const float* p, int d, const float* v, int npad, float* acc)
 struct isa_avx2 {
   static constexpr int kRowPad = 2;  // rows per micro-kernel block: 6, 4 or 2
   static constexpr int kKeyPad = 8;  // keys: pairs in Q K^T, 16-lane softmax loops
-  static constexpr int kChunk = kChunkKeysAvx2;
+  static constexpr int kChunk = fast_chunk_keys(fast_isa::avx2);
   using lanes = fast::lanes8;
   using q_t = float;
   using p_t = float;

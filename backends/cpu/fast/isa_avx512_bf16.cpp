@@ -46,7 +46,7 @@ inline v32bh bh_set1(uint32_t x) { return (v32bh)_mm512_set1_epi32(static_cast<i
 struct isa_avx512_bf16 : fast::bf16_operands {
   static constexpr int kRowPad = 8;
   static constexpr int kKeyPad = 32;
-  static constexpr int kChunk = kChunkKeys;
+  static constexpr int kChunk = fast_chunk_keys(fast_isa::avx512_bf16);
   using lanes = fast::lanes16;
 
   static void build_tile(const dsv4_mod_run& run, int d_qk, const int32_t* slots,

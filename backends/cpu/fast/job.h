@@ -33,7 +33,7 @@ enum class fast_isa { none = 0, avx2 = 1, avx512_bf16 = 2, amx_bf16 = 3 };
 // kernel's fp32 tile of 64 keys (147 KB) stays in a 512 KB L2 beside its item's other buffers;
 // 64 keys ran 2-8 % faster than 128 there and 32 keys no faster (docs/cpu-backend.md).
 constexpr int kChunkKeysAvx2 = 64;
-inline int fast_chunk_keys(fast_isa isa) {
+constexpr int fast_chunk_keys(fast_isa isa) {
   return isa == fast_isa::avx2 ? kChunkKeysAvx2 : kChunkKeys;
 }
 inline const char* fast_isa_name(fast_isa isa) {

@@ -66,14 +66,19 @@ _INPUT_NAMES = frozenset(_INPUTS)
 _ARGUMENTS = _INPUTS + _OUTPUTS
 
 
-def _run(plan_id, q, *tensors):
-    """The ops' kernel (every device): tensors = _INPUTS, then out, lse[, max_logits]. The
-    arguments given (not None) go to the plan by name, in one order for every call."""
+def _named(q, tensors):
+    """tensors = _INPUTS, then out, lse[, max_logits]: those given (not None) by name, in one
+    order for every call."""
     named = {"q": q}
     for name, value in zip(_ARGUMENTS, tensors):
         if value is not None:
             named[name] = value
-    plan_by_id(plan_id)._run(named)
+    return named
+
+
+def _run(plan_id, q, *tensors):
+    """The ops' kernel (every device)."""
+    plan_by_id(plan_id)._run(_named(q, tensors))
 
 
 def _no_output(*args, **kwargs):
@@ -155,7 +160,7 @@ def _call(plan, q, inputs, out, lse, max_logits):
     if lse is None:
         lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     if not HAS_CUSTOM_OP or _eager(q):
-        _run(plan.id, q, *inputs, out, lse, max_logits)
+        plan._run(_named(q, (*inputs, out, lse, max_logits)))
     elif max_logits is None:
         _run_op(plan.id, q, *inputs, out, lse)
     else:
