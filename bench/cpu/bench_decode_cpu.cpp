@@ -3,7 +3,10 @@
 //   BM_decode_fp8 / BM_decode_bf16 (tokens, heads, keys, threads): each query token attends to 128
 //     SWA rows (main list) plus 512 or 1024 compressed rows (extra list), no row shared between
 //     tokens, attention sink on, explicit mode, FP8 584 B or bf16 caches, on a context of `threads`
-//     workers. Counter GFLOP (per second), FLOP = 2 * heads * keys * (512 + 512) per token.
+//     workers. The rows are drawn at random from a cache of 2^18 rows (146 MiB FP8, 256 MiB bf16:
+//     beyond the CPU's caches, as in torch_cpu.py and BM_gather), so that they come from memory as
+//     the roofline's gather bandwidth assumes. Counter GFLOP (per second), FLOP = 2 * heads * keys
+//     * (512 + 512) per token.
 //   BM_peak (threads): the dot-product peak of the instruction the fast kernel uses (TDPBF16PS
 //     where the CPU module runs its AMX kernel, else VDPBF16PS with AVX512_BF16, else fp32 FMA),
 //     every thread on its own registers (tiles). Counter GFLOP.
@@ -83,7 +86,11 @@ uint16_t to_bf16(float x) {  // round to nearest even; inputs are finite
   return static_cast<uint16_t>(u >> 16);
 }
 
-// One cache of `rows` random entries, written with dsv4_kv_write.
+// The cache every case reads: kPoolRows entries of random values (N(0, 1)), one per layout, written
+// once with dsv4_kv_write (4096 distinct rows, repeated: the values do not change the timing, the
+// addresses do).
+constexpr int64_t kPoolRows = int64_t{1} << 18;
+
 struct Cache {
   dsv4_kv_cache_desc desc{};
   std::vector<uint8_t> bytes;
@@ -99,32 +106,51 @@ struct Cache {
     bytes.assign(static_cast<size_t>(blocks * info.min_block_stride_bytes), 0);
     shape = {blocks, info.min_block_stride_bytes};
     t = tensor(bytes.data(), kU8, shape);
+    constexpr int64_t kBatch = 4096;
     std::normal_distribution<float> normal;
-    std::vector<float> values(static_cast<size_t>(rows * kDim));
+    std::vector<float> values(static_cast<size_t>(kBatch * kDim));
     for (float& v : values) v = normal(rng);
-    std::vector<int32_t> slots(static_cast<size_t>(rows));
-    for (int64_t i = 0; i < rows; ++i) slots[i] = static_cast<int32_t>(i);
-    std::vector<int64_t> vshape{rows, kDim}, sshape{rows};
-    dsv4_tensor tv = tensor(values.data(), kF32, vshape);
-    dsv4_tensor ts = tensor(slots.data(), kI32, sshape);
-    dsv4_kv_write_args w;
-    dsv4_kv_write_args_init(&w);
-    w.cache_desc = desc;
-    w.values = &tv;
-    w.slots = &ts;
-    w.cache = &t;
-    check(dsv4_kv_write(ctx, &w), "dsv4_kv_write");
+    std::vector<int32_t> slots(static_cast<size_t>(kBatch));
+    for (int64_t first = 0; first < rows; first += kBatch) {
+      const int64_t n = std::min(kBatch, rows - first);
+      for (int64_t i = 0; i < n; ++i) slots[i] = static_cast<int32_t>(first + i);
+      std::vector<int64_t> vshape{n, kDim}, sshape{n};
+      dsv4_tensor tv = tensor(values.data(), kF32, vshape);
+      dsv4_tensor ts = tensor(slots.data(), kI32, sshape);
+      dsv4_kv_write_args w;
+      dsv4_kv_write_args_init(&w);
+      w.cache_desc = desc;
+      w.values = &tv;
+      w.slots = &ts;
+      w.cache = &t;
+      check(dsv4_kv_write(ctx, &w), "dsv4_kv_write");
+    }
   }
 };
 
-// Each token gets its own rows, visited in random order (a decode batch shares no rows).
-std::vector<int32_t> make_lists(int64_t tokens, int64_t width, std::mt19937& rng) {
-  std::vector<int32_t> idx(static_cast<size_t>(tokens * width));
-  for (int64_t i = 0; i < tokens * width; ++i) idx[i] = static_cast<int32_t>(i);
-  for (int64_t t = 0; t < tokens; ++t) {
-    std::shuffle(idx.begin() + t * width, idx.begin() + (t + 1) * width, rng);
+const Cache& pool(dsv4_ctx* ctx, uint32_t layout) {
+  static std::unique_ptr<Cache> fp8, bf16;
+  std::unique_ptr<Cache>& c = layout == DSV4_KV_LAYOUT_BF16 ? bf16 : fp8;
+  if (c == nullptr) {
+    std::mt19937 rng(7);
+    c.reset(new Cache(ctx, layout, kPoolRows, rng));
   }
-  return idx;
+  return *c;
+}
+
+// The rows of every token's two lists: distinct random rows of the pool (a decode batch shares
+// no rows), [tokens][swa] then [tokens][extra].
+void make_lists(int64_t tokens, int64_t swa, int64_t extra, std::mt19937& rng,
+                std::vector<int32_t>* swa_idx, std::vector<int32_t>* extra_idx) {
+  std::vector<int32_t> rows(static_cast<size_t>(kPoolRows));
+  for (int64_t i = 0; i < kPoolRows; ++i) rows[i] = static_cast<int32_t>(i);
+  const int64_t need = tokens * (swa + extra);
+  for (int64_t i = 0; i < need; ++i) {  // the first `need` steps of a Fisher-Yates shuffle
+    std::uniform_int_distribution<int64_t> pick(i, kPoolRows - 1);
+    std::swap(rows[i], rows[pick(rng)]);
+  }
+  swa_idx->assign(rows.begin(), rows.begin() + tokens * swa);
+  extra_idx->assign(rows.begin() + tokens * swa, rows.begin() + need);
 }
 
 // Args: tokens, heads, total keys per token (128 SWA + the rest compressed).
@@ -146,9 +172,9 @@ void run_decode(benchmark::State& state, uint32_t layout) {
   check(dsv4_ctx_create(&co, &ctx), "dsv4_ctx_create");
   std::unique_ptr<dsv4_ctx, void (*)(dsv4_ctx*)> ctx_owner(ctx, dsv4_ctx_destroy);
 
-  Cache swa(ctx, layout, tokens * kSwaKeys, rng), cmp(ctx, layout, tokens * extra, rng);
-  std::vector<int32_t> swa_idx = make_lists(tokens, kSwaKeys, rng);
-  std::vector<int32_t> cmp_idx = make_lists(tokens, extra, rng);
+  const Cache& cache = pool(ctx, layout);  // both lists' rows come from it
+  std::vector<int32_t> swa_idx, cmp_idx;
+  make_lists(tokens, kSwaKeys, extra, rng, &swa_idx, &cmp_idx);
   std::normal_distribution<float> normal;
   std::vector<uint16_t> q(static_cast<size_t>(tokens * heads * kDim)), out(q.size());
   for (uint16_t& v : q) v = to_bf16(normal(rng));
@@ -159,8 +185,8 @@ void run_decode(benchmark::State& state, uint32_t layout) {
   dsv4_plan_options_init(&po);
   po.num_heads = static_cast<int32_t>(heads);
   po.max_tokens = static_cast<int32_t>(tokens);
-  po.swa_cache = swa.desc;
-  po.extra_cache = cmp.desc;
+  po.swa_cache = cache.desc;
+  po.extra_cache = cache.desc;
   po.topk = static_cast<int32_t>(kSwaKeys);
   po.extra_topk = static_cast<int32_t>(extra);
   dsv4_plan* plan = nullptr;
@@ -179,8 +205,8 @@ void run_decode(benchmark::State& state, uint32_t layout) {
   dsv4_run_args args;
   dsv4_run_args_init(&args);
   args.q = &tq;
-  args.swa_cache = &swa.t;
-  args.extra_cache = &cmp.t;
+  args.swa_cache = &cache.t;
+  args.extra_cache = &cache.t;
   args.attn_sink = &tsink;
   args.out = &tout;
   args.indices = &tswa;
