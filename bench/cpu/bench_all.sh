@@ -6,7 +6,9 @@
 # scripts/perf/make_performance.py and the plot docs/img/cpu-roofline.png.
 #
 #   bench/cpu/bench_all.sh [build dir, default build; relative to the repository root or absolute]
-#   DSV4_BENCH_MAX_THREADS (default 2: 1 and 2 threads), DSV4_BENCH_REPS (default 5)
+#   DSV4_BENCH_MAX_THREADS (default 2: 1 and 2 threads), DSV4_BENCH_REPS (default 5),
+#   DSV4_BENCH_POOL_BYTES (default: the larger of 1 GiB and 4x the last-level cache),
+#   DSV4_BENCH_HUGE_PAGES=1 (the C++ cases' caches on transparent huge pages)
 #   PYTHON: the Python with torch for torch_cpu.py (default /usr/bin/python3, Debian's)
 #
 # Timings on a shared machine are noisy: run it when `uptime` shows a low load; the report records
@@ -30,6 +32,10 @@ threads=${DSV4_BENCH_MAX_THREADS:-2}
 reps=${DSV4_BENCH_REPS:-5}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Every cache the cases read spans at least 1 GiB and four times the last-level cache, so that
+# rows come from memory (bench_decode_cpu.cpp and torch_cpu.py read this).
+llc=$(getconf LEVEL3_CACHE_SIZE 2>/dev/null || echo 0)
+export DSV4_BENCH_POOL_BYTES=${DSV4_BENCH_POOL_BYTES:-$(( (4 * ${llc:-0}) > (1 << 30) ? 4 * ${llc:-0} : 1 << 30 ))}
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 flags=(--benchmark_min_time=0.5 --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true)
 DSV4_BENCH_MAX_THREADS=$threads "$bin" "${flags[@]}" --benchmark_out="$tmp/gbench.json" \

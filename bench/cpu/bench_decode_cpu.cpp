@@ -3,15 +3,16 @@
 //   BM_decode_fp8 / BM_decode_bf16 (tokens, heads, keys, threads): each query token attends to 128
 //     SWA rows (main list) plus 512 or 1024 compressed rows (extra list), no row shared between
 //     tokens, attention sink on, explicit mode, FP8 584 B or bf16 caches, on a context of `threads`
-//     workers. The rows are drawn at random from a cache of 2^18 rows (146 MiB FP8, 256 MiB bf16:
-//     beyond the CPU's caches, as in torch_cpu.py and BM_gather), so that they come from memory as
-//     the roofline's gather bandwidth assumes. Counter GFLOP (per second), FLOP = 2 * heads * keys
-//     * (512 + 512) per token.
+//     workers. Each iteration reads the next rows of a random order of a cache of pool_rows() rows
+//     (at least 1 GiB and 4x the last-level cache; the whole cache before a row repeats, as in
+//     torch_cpu.py and BM_gather), so that they come from memory as the roofline's gather bandwidth
+//     assumes. Counter GFLOP (per second), FLOP = 2 * heads * keys * (512 + 512) per token.
 //   BM_peak (threads): the dot-product peak of the instruction the fast kernel uses (TDPBF16PS
 //     where the CPU module runs its AMX kernel, else VDPBF16PS with AVX512_BF16, else fp32 FMA),
 //     every thread on its own registers (tiles). Counter GFLOP.
-//   BM_gather (row_bytes, threads): random rows of a 1 GiB pool read whole, every byte used.
-//     Counter GBps (bytes per second / 1e9).
+//   BM_gather (row_bytes, threads): random rows of a pool as large, read whole (every byte used),
+//     prefetched ahead. Counter GBps (bytes per second / 1e9).
+// Pools: DSV4_BENCH_POOL_BYTES sets their size; DSV4_BENCH_HUGE_PAGES=1 backs them with huge pages.
 // bench/cpu/bench_all.sh runs this with plain PyTorch's timings and writes bench/results/.
 //
 //   build/bin/dsv4_bench_cpu [--benchmark_filter=fp8] [--benchmark_min_time=2]
@@ -20,6 +21,7 @@
 #include <benchmark/benchmark.h>
 #include <cpuid.h>
 #include <immintrin.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +31,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <new>
 #include <ostream>
 #include <random>
 #include <stdexcept>
@@ -86,45 +90,93 @@ uint16_t to_bf16(float x) {  // round to nearest even; inputs are finite
   return static_cast<uint16_t>(u >> 16);
 }
 
-// The cache every case reads: kPoolRows entries of random values (N(0, 1)), one per layout, written
-// once with dsv4_kv_write (4096 distinct rows, repeated: the values do not change the timing, the
-// addresses do).
-constexpr int64_t kPoolRows = int64_t{1} << 18;
+// Bytes every pool spans: at least 1 GiB and four times the last-level cache
+// (DSV4_BENCH_POOL_BYTES overrides; bench_all.sh passes the value it gives torch_cpu.py too).
+// Consecutive iterations read different rows, so a pool this size keeps them out of the caches, as
+// a decode step's rows are (each layer's cache is read once per step, between the other layers').
+size_t pool_bytes() {
+  if (const char* env = std::getenv("DSV4_BENCH_POOL_BYTES")) {
+    const long long n = std::atoll(env);
+    if (n > 0) return static_cast<size_t>(n);
+  }
+  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return std::max(size_t{1} << 30, 4 * static_cast<size_t>(llc > 0 ? llc : 0));
+}
 
+// A pool's bytes, zeroed: 2 MiB-aligned and, with DSV4_BENCH_HUGE_PAGES=1, advised to Linux's
+// transparent huge pages before they are touched (an engine can allocate its KV cache so; with
+// 4 KiB pages every random row costs a page walk).
+struct PoolBytes {
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  explicit PoolBytes(size_t n) : size(n) {
+    constexpr size_t kHuge = size_t{1} << 21;
+    data = static_cast<uint8_t*>(std::aligned_alloc(kHuge, (n + kHuge - 1) / kHuge * kHuge));
+    if (data == nullptr) throw std::bad_alloc();
+    if (huge_pages()) madvise(data, n, MADV_HUGEPAGE);
+    std::memset(data, 0, n);
+  }
+  ~PoolBytes() { std::free(data); }
+  PoolBytes(const PoolBytes&) = delete;
+  PoolBytes& operator=(const PoolBytes&) = delete;
+  static bool huge_pages() {
+    const char* env = std::getenv("DSV4_BENCH_HUGE_PAGES");
+    return env != nullptr && std::atoi(env) != 0;
+  }
+};
+
+// Rows of a pool of `row_bytes` rows: the power of two that spans pool_bytes().
+int64_t pool_rows(int64_t row_bytes) {
+  int64_t rows = 1;
+  while (static_cast<size_t>(rows * row_bytes) < pool_bytes()) rows *= 2;
+  return rows;
+}
+
+// The cache every case reads, one per layout: pool_rows() entries of random values (N(0, 1);
+// 4096 distinct rows written with dsv4_kv_write, repeated: the values do not change the timing,
+// the addresses do), and a random order of all its rows that the cases draw from.
 struct Cache {
   dsv4_kv_cache_desc desc{};
-  std::vector<uint8_t> bytes;
+  std::unique_ptr<PoolBytes> bytes;
   std::vector<int64_t> shape;
   dsv4_tensor t{};
+  std::vector<int32_t> order;  // a permutation of the rows
 
-  Cache(dsv4_ctx* ctx, uint32_t layout, int64_t rows, std::mt19937& rng) {
+  Cache(dsv4_ctx* ctx, uint32_t layout, std::mt19937& rng) {
     dsv4_kv_layout_info info;
     dsv4_kv_layout_info_init(&info);
     check(dsv4_kv_layout_get_info(layout, kBlockSize, &info), "dsv4_kv_layout_get_info");
+    const int64_t rows = pool_rows(info.min_block_stride_bytes / kBlockSize);
     const int64_t blocks = (rows + kBlockSize - 1) / kBlockSize;
     desc = dsv4_kv_cache_desc{layout, kBlockSize, info.min_block_stride_bytes, 1.0f, 0};
-    bytes.assign(static_cast<size_t>(blocks * info.min_block_stride_bytes), 0);
+    bytes.reset(new PoolBytes(static_cast<size_t>(blocks * info.min_block_stride_bytes)));
     shape = {blocks, info.min_block_stride_bytes};
-    t = tensor(bytes.data(), kU8, shape);
+    t = tensor(bytes->data, kU8, shape);
+    // The first 4096 rows (64 whole blocks) written, then their bytes copied block for block.
     constexpr int64_t kBatch = 4096;
+    static_assert(kBatch % kBlockSize == 0, "whole blocks");
+    const int64_t n = std::min(kBatch, rows);
     std::normal_distribution<float> normal;
-    std::vector<float> values(static_cast<size_t>(kBatch * kDim));
+    std::vector<float> values(static_cast<size_t>(n * kDim));
     for (float& v : values) v = normal(rng);
-    std::vector<int32_t> slots(static_cast<size_t>(kBatch));
-    for (int64_t first = 0; first < rows; first += kBatch) {
-      const int64_t n = std::min(kBatch, rows - first);
-      for (int64_t i = 0; i < n; ++i) slots[i] = static_cast<int32_t>(first + i);
-      std::vector<int64_t> vshape{n, kDim}, sshape{n};
-      dsv4_tensor tv = tensor(values.data(), kF32, vshape);
-      dsv4_tensor ts = tensor(slots.data(), kI32, sshape);
-      dsv4_kv_write_args w;
-      dsv4_kv_write_args_init(&w);
-      w.cache_desc = desc;
-      w.values = &tv;
-      w.slots = &ts;
-      w.cache = &t;
-      check(dsv4_kv_write(ctx, &w), "dsv4_kv_write");
-    }
+    std::vector<int32_t> slots(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) slots[i] = static_cast<int32_t>(i);
+    std::vector<int64_t> vshape{n, kDim}, sshape{n};
+    dsv4_tensor tv = tensor(values.data(), kF32, vshape);
+    dsv4_tensor ts = tensor(slots.data(), kI32, sshape);
+    dsv4_kv_write_args w;
+    dsv4_kv_write_args_init(&w);
+    w.cache_desc = desc;
+    w.values = &tv;
+    w.slots = &ts;
+    w.cache = &t;
+    check(dsv4_kv_write(ctx, &w), "dsv4_kv_write");
+    const size_t written = static_cast<size_t>(n / kBlockSize * info.min_block_stride_bytes);
+    for (size_t at = written; at < bytes->size; at += written)
+      std::memcpy(bytes->data + at, bytes->data, std::min(written, bytes->size - at));
+    order.resize(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) order[i] = static_cast<int32_t>(i);
+    std::shuffle(order.begin(), order.end(), rng);
   }
 };
 
@@ -133,24 +185,9 @@ const Cache& pool(dsv4_ctx* ctx, uint32_t layout) {
   std::unique_ptr<Cache>& c = layout == DSV4_KV_LAYOUT_BF16 ? bf16 : fp8;
   if (c == nullptr) {
     std::mt19937 rng(7);
-    c.reset(new Cache(ctx, layout, kPoolRows, rng));
+    c.reset(new Cache(ctx, layout, rng));
   }
   return *c;
-}
-
-// The rows of every token's two lists: distinct random rows of the pool (a decode batch shares
-// no rows), [tokens][swa] then [tokens][extra].
-void make_lists(int64_t tokens, int64_t swa, int64_t extra, std::mt19937& rng,
-                std::vector<int32_t>* swa_idx, std::vector<int32_t>* extra_idx) {
-  std::vector<int32_t> rows(static_cast<size_t>(kPoolRows));
-  for (int64_t i = 0; i < kPoolRows; ++i) rows[i] = static_cast<int32_t>(i);
-  const int64_t need = tokens * (swa + extra);
-  for (int64_t i = 0; i < need; ++i) {  // the first `need` steps of a Fisher-Yates shuffle
-    std::uniform_int_distribution<int64_t> pick(i, kPoolRows - 1);
-    std::swap(rows[i], rows[pick(rng)]);
-  }
-  swa_idx->assign(rows.begin(), rows.begin() + tokens * swa);
-  extra_idx->assign(rows.begin() + tokens * swa, rows.begin() + need);
 }
 
 // Args: tokens, heads, total keys per token (128 SWA + the rest compressed).
@@ -172,9 +209,11 @@ void run_decode(benchmark::State& state, uint32_t layout) {
   check(dsv4_ctx_create(&co, &ctx), "dsv4_ctx_create");
   std::unique_ptr<dsv4_ctx, void (*)(dsv4_ctx*)> ctx_owner(ctx, dsv4_ctx_destroy);
 
+  // Row sets: each iteration reads the next `need` rows of the pool's order (swa lists, then
+  // extra lists: distinct rows, as in a decode batch), the whole pool before any row repeats.
   const Cache& cache = pool(ctx, layout);  // both lists' rows come from it
-  std::vector<int32_t> swa_idx, cmp_idx;
-  make_lists(tokens, kSwaKeys, extra, rng, &swa_idx, &cmp_idx);
+  const int64_t need = tokens * keys;
+  const int64_t sets = static_cast<int64_t>(cache.order.size()) / need;
   std::normal_distribution<float> normal;
   std::vector<uint16_t> q(static_cast<size_t>(tokens * heads * kDim)), out(q.size());
   for (uint16_t& v : q) v = to_bf16(normal(rng));
@@ -199,8 +238,9 @@ void run_decode(benchmark::State& state, uint32_t layout) {
   std::vector<int64_t> q_shape{tokens, heads, kDim}, swa_shape{tokens, kSwaKeys},
       cmp_shape{tokens, extra}, sink_shape{heads};
   dsv4_tensor tq = tensor(q.data(), kBf16, q_shape), tout = tensor(out.data(), kBf16, q_shape);
-  dsv4_tensor tswa = tensor(swa_idx.data(), kI32, swa_shape);
-  dsv4_tensor tcmp = tensor(cmp_idx.data(), kI32, cmp_shape);
+  int32_t* order = const_cast<int32_t*>(cache.order.data());
+  dsv4_tensor tswa = tensor(order, kI32, swa_shape);
+  dsv4_tensor tcmp = tensor(order + tokens * kSwaKeys, kI32, cmp_shape);
   dsv4_tensor tsink = tensor(sink.data(), kF32, sink_shape);
   dsv4_run_args args;
   dsv4_run_args_init(&args);
@@ -220,7 +260,11 @@ void run_decode(benchmark::State& state, uint32_t layout) {
   check(dsv4_plan_get_info(plan, &info), "dsv4_plan_get_info");
   state.SetLabel(info.kernel);
 
+  int64_t set = 0;
   for (auto _ : state) {
+    tswa.data = order + set * need;
+    tcmp.data = order + set * need + tokens * kSwaKeys;
+    set = set + 1 < sets ? set + 1 : 0;
     const dsv4_status st = dsv4_run(plan, &args);
     if (st != DSV4_STATUS_OK) {
       state.SkipWithError(dsv4_last_error_message());
@@ -439,29 +483,47 @@ void BM_peak(benchmark::State& state) {
                                                : "VFMADD231PS ymm (fp32)");
 }
 
-// Random rows of `row_bytes` from a 1 GiB pool (far beyond the caches), every byte summed.
+// Random rows of `row_bytes` from a pool of pool_bytes(), every byte summed, each row prefetched
+// 16 rows ahead (what a gather tuned for the machine reaches). Each thread walks its own part of a
+// random order of the rows, the whole part before any row repeats, so that rows come from memory.
 void BM_gather(benchmark::State& state) {
   const int64_t row_bytes = state.range(0);
-  static std::vector<uint8_t> pool;
-  constexpr size_t kPool = size_t{1} << 30;
-  if (state.thread_index() == 0 && pool.size() != kPool) {
-    pool.assign(kPool, 1);
+  static std::unique_ptr<PoolBytes> pool;
+  static std::vector<int64_t> order;
+  static int64_t order_row_bytes = 0;
+  static std::mutex setup;  // the first thread of a run builds, the others wait for it
+  const size_t bytes = pool_bytes();
+  {
+    std::lock_guard<std::mutex> lock(setup);
+    if (pool == nullptr || pool->size != bytes) {
+      pool.reset();
+      pool.reset(new PoolBytes(bytes));
+    }
+    if (order_row_bytes != row_bytes) {
+      order.resize(static_cast<size_t>(bytes / row_bytes));
+      for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+      std::shuffle(order.begin(), order.end(), std::mt19937_64(1234));
+      order_row_bytes = row_bytes;
+    }
   }
-  const int64_t rows = static_cast<int64_t>(kPool) / row_bytes - 1;
-  std::mt19937_64 rng(1234 + state.thread_index());
-  std::vector<int64_t> order(4096);
-  for (int64_t& o : order) o = static_cast<int64_t>(rng() % static_cast<uint64_t>(rows));
+  constexpr int64_t kRows = 4096, kAhead = 16;
+  const int64_t part = static_cast<int64_t>(order.size()) / state.threads();
+  const int64_t* mine = order.data() + part * state.thread_index();
+  int64_t next = 0;
   uint64_t sum = 0;
   for (auto _ : state) {
-    for (int64_t r : order) {
-      const uint64_t* p = reinterpret_cast<const uint64_t*>(pool.data() + r * row_bytes);
+    for (int64_t j = 0; j < kRows; ++j) {
+      const uint8_t* ahead = pool->data + mine[(next + kAhead) % part] * row_bytes;
+      for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+      const uint64_t* p = reinterpret_cast<const uint64_t*>(pool->data + mine[next] * row_bytes);
       uint64_t s = 0;
       for (int64_t i = 0; i < row_bytes / 8; ++i) s += p[i];
       sum += s;
+      next = next + 1 < part ? next + 1 : 0;
     }
   }
   benchmark::DoNotOptimize(sum);
-  state.counters["GBps"] = per_thread_rate(state, 4096.0 * row_bytes * 1e-9);
+  state.counters["GBps"] = per_thread_rate(state, static_cast<double>(kRows * row_bytes) * 1e-9);
 }
 
 void thread_counts(benchmark::internal::Benchmark* b) {

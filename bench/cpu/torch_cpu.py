@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Plain PyTorch on the CPU (Debian's python3-torch), the baseline of the CPU benchmark: the same
 shapes as bench_decode_cpu.cpp (each token attends to its own random rows of a cache far larger than
-the caches of the CPU), attention sink on.
+the caches of the CPU, and each repetition to rows the others did not read, so that they come from
+memory), attention sink on.
 
   bf16 cache: gather the rows, bf16 Q K^T, softmax with the sink in the denominator, bf16 P V.
   FP8 584 B cache: gather the byte rows, decode the 448 e4m3 bytes through a 256-entry table times
@@ -11,12 +12,16 @@ On CPUs without AVX512_BF16, PyTorch's bf16 matrix products are emulated and far
 ones; each case therefore also runs the same attention with the gathered rows widened to fp32, and
 the faster of the two is reported (its label says which), so the baseline is the best plain PyTorch.
 
+The caches span DSV4_BENCH_POOL_BYTES (bench_all.sh sets it as for bench_decode_cpu.cpp; default
+1 GiB), as a power of two of rows.
+
 Writes Google Benchmark-shaped JSON (names BM_torch_bf16/tokens:T/heads:H/keys:K/threads:N, median
 time in ms, counter GFLOP = GFLOP/s) to the file given as the first argument.
 
   /usr/bin/python3 bench/cpu/torch_cpu.py out.json [max threads, default 2] [reps, default 9]
 """
 import json
+import os
 import statistics
 import sys
 import time
@@ -24,7 +29,15 @@ import time
 import torch
 
 SHAPES = [(8, 64, 640), (32, 64, 640), (8, 128, 1152), (8, 16, 1152), (8, 8, 640)]
-POOL_ROWS = 1 << 18  # 256 MiB of bf16 rows, 146 MiB of FP8 rows: beyond any CPU cache
+
+
+def pool_rows(row_bytes):
+    """The power of two of rows that spans DSV4_BENCH_POOL_BYTES (default 1 GiB)."""
+    target = int(os.environ.get("DSV4_BENCH_POOL_BYTES", 1 << 30))
+    rows = 1
+    while rows * row_bytes < target:
+        rows *= 2
+    return rows
 
 
 def e4m3_table():
@@ -88,7 +101,10 @@ def main():
     max_threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     reps = int(sys.argv[3]) if len(sys.argv) > 3 else 9
     torch.manual_seed(0)
-    pools = {"bf16": torch.randn(POOL_ROWS, 512).to(torch.bfloat16), "fp8": fp8_pool(POOL_ROWS)}
+    # 4096 random rows repeated: the values do not change the timing, the addresses do.
+    pools = {"bf16": torch.randn(4096, 512).to(torch.bfloat16), "fp8": fp8_pool(4096)}
+    pools = {k: v.repeat(pool_rows(v.shape[1] * v.element_size()) // 4096, 1)
+             for k, v in pools.items()}
     table = e4m3_table()
     results = []
     threads = 1
@@ -97,10 +113,15 @@ def main():
         for cache, pool in pools.items():
             for t, h, keys in SHAPES:
                 q = torch.randn(t, h, 512).to(torch.bfloat16)
-                idx = torch.randint(0, POOL_ROWS, (t, keys))
+                # Each call reads the next rows of a random order of the whole cache.
+                order = torch.randperm(pool.shape[0])
+                sets = order[:pool.shape[0] // (t * keys) * t * keys].view(-1, t, keys)
+                calls = [0]
                 sink = torch.randn(h)
 
                 def run(compute):
+                    idx = sets[calls[0] % sets.shape[0]]
+                    calls[0] += 1
                     rows = pool[idx]
                     k = dequant(rows, table) if cache == "fp8" else rows
                     return attention(q.to(compute), k.to(compute), sink, 512 ** -0.5)
