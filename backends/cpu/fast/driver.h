@@ -9,7 +9,9 @@
 //   q_t, p_t               element types of the query rows and of P (float or bf16 bits)
 //   tile_bytes(d_qk)       bytes of one decoded tile of kChunkKeys keys
 //   build_tile(...)        decodes nk candidates into the tile (padding keys zero)
-//   qk(...), pv(...)       logits = Q K^T (fp32, [rows][kChunkKeys]); acc[rows][512] += P V
+//   qk(...), pv(...)       logits = Q K^T (fp32, [rows][kChunkKeys]); acc[rows][512] += P V,
+//                          each calling stream.pace() at regular points of its loops
+//   pace_steps(rows, d, npad)  how many pace() calls qk and pv make for one chunk
 #pragma once
 
 #include <immintrin.h>
@@ -340,6 +342,91 @@ inline void prefetch_chunk_head(const dsv4_mod_run& run, const int32_t* slots, c
   for (int64_t j = k0; j < end; ++j) prefetch_row(run, slots[j], list[j], 0);
 }
 
+// The next chunk's rows, prefetched a few cache lines at a time while this chunk's products run.
+// A random row from DRAM takes ~300 ns; a burst of a chunk's prefetches overflows the core's miss
+// buffers and stalls it, and rows prefetched only just before their decode arrive late. So the
+// products call pace() at regular points (Isa::pace_steps of them per chunk) and each call issues
+// its share of the next chunk's lines: the gather then overlaps the products.
+class row_stream {
+ public:
+  // Rows [begin, end) of the item's candidates, spread over `steps` pace() calls.
+  void start(const dsv4_mod_run& run, const int32_t* slots, const uint8_t* list, int64_t begin,
+             int64_t end, int64_t steps) {
+    run_ = &run;
+    slots_ = slots;
+    list_ = list;
+    row_ = begin;
+    end_ = end;
+    line_ = 0;
+    lines_ = 0;
+    budget_ = 0;
+    if (begin >= end) {
+      step_ = 0;
+      return;
+    }
+    const dsv4_mod_cache& c = list[begin] == 0 ? run.swa_cache : run.extra_cache;
+    const int64_t total = (end - begin) * lines_per_row(c);
+    step_ = static_cast<uint32_t>((total * 256 + steps - 1) / (steps > 0 ? steps : 1));
+  }
+  // Issues this step's share of the lines (1/256 line units).
+  inline void pace() {
+    budget_ += step_;
+    while (budget_ >= 256) {
+      budget_ -= 256;
+      if (!issue_line()) {
+        step_ = 0;
+        budget_ = 0;
+        return;
+      }
+    }
+  }
+  // Whatever the steps left (when the products made fewer calls than counted).
+  void finish() {
+    while (issue_line()) {
+    }
+    step_ = 0;
+  }
+
+ private:
+  static int lines_per_row(const dsv4_mod_cache& c) {
+    const bool v4 = c.layout == DSV4_KV_LAYOUT_FP8_V4_584B;
+    const int bytes = v4 ? kV4DataBytes : layout_bytes_per_token(c.layout);
+    return (bytes + 63) / 64 + (v4 ? 1 : 0);
+  }
+  bool issue_line() {
+    if (row_ >= end_) return false;
+    if (line_ == 0) {
+      const dsv4_mod_cache& c = list_[row_] == 0 ? run_->swa_cache : run_->extra_cache;
+      int64_t e;
+      const uint8_t* block = slot_block_base(c, slots_[row_], &e);
+      data_ = block + entry_data_offset(c.layout, e);
+      const bool v4 = c.layout == DSV4_KV_LAYOUT_FP8_V4_584B;
+      bytes_ = v4 ? kV4DataBytes : layout_bytes_per_token(c.layout);
+      scale_ = v4 ? block + v4_scale_offset(c.block_size, e) : nullptr;
+      lines_ = lines_per_row(c);
+    }
+    const int b = 64 * line_;
+    _mm_prefetch(reinterpret_cast<const char*>(b < bytes_          ? data_ + b
+                                               : scale_ != nullptr ? scale_
+                                                                   : data_ + bytes_ - 1),
+                 _MM_HINT_T0);
+    if (++line_ == lines_) {
+      line_ = 0;
+      ++row_;
+    }
+    return true;
+  }
+
+  const dsv4_mod_run* run_ = nullptr;
+  const int32_t* slots_ = nullptr;
+  const uint8_t* list_ = nullptr;
+  int64_t row_ = 0, end_ = 0;
+  int line_ = 0, lines_ = 0, bytes_ = 0;
+  const uint8_t* data_ = nullptr;
+  const uint8_t* scale_ = nullptr;
+  uint32_t budget_ = 0, step_ = 0;
+};
+
 // ---------------------------------------------------------------------------------------------
 // One item
 // ---------------------------------------------------------------------------------------------
@@ -564,6 +651,7 @@ void run_item(const fast_job& job, int64_t item, int worker) {
     prefetch_chunk_head(run, s.slots, s.list, c_begin * Isa::kChunk, n);
     auto* q = static_cast<typename Isa::q_t*>(s.q);
     load_queries<Isa>(job, t0, ntok, h0, nh, rows_pad, q);
+    row_stream stream;
     for (int64_t c = c_begin; c < c_end; ++c) {
       const int64_t k0 = c * Isa::kChunk;
       const int nk = static_cast<int>(std::min<int64_t>(Isa::kChunk, n - k0));
@@ -574,10 +662,14 @@ void run_item(const fast_job& job, int64_t item, int worker) {
         s.key_weight[j] = j < nk ? job.scales.weight[l] : 0.0f;
       }
       Isa::build_tile(run, job.d_qk, s.slots + k0, s.list + k0, nk, npad, s.tile);
-      if (c + 1 < c_end) prefetch_chunk_head(run, s.slots, s.list, k0 + Isa::kChunk, n);
-      Isa::qk(q, rows_pad, job.d_qk, s.tile, npad, s.logits);
+      const int64_t next_end = c + 1 < c_end ? std::min<int64_t>(n, k0 + 2 * Isa::kChunk) : k0;
+      stream.start(run, s.slots, s.list, k0 + Isa::kChunk, next_end,
+                   Isa::pace_steps(rows_pad, job.d_qk, npad));
+      Isa::qk(q, rows_pad, job.d_qk, s.tile, npad, s.logits, stream);
       softmax_chunk<Isa>(rows, nk, npad, s);
-      Isa::pv(static_cast<const typename Isa::p_t*>(s.p), rows_pad, job.d_qk, s.tile, npad, s.acc);
+      Isa::pv(static_cast<const typename Isa::p_t*>(s.p), rows_pad, job.d_qk, s.tile, npad, s.acc,
+              stream);
+      stream.finish();
     }
   }
 

@@ -39,7 +39,14 @@ struct isa_amx_bf16 : fast::bf16_operands {
   // Two row groups by two key blocks at a time (C tiles 0-3, A 4-5, B 6-7): one tile load per
   // product instead of two, as the loads, not the products, set the pace. npad is a multiple of
   // 32 keys (kKeyPad); a last group of 16 rows takes the key blocks alone.
-  static void qk(const uint16_t* q, int rows, int d, const uint8_t* tile, int npad, float* logits) {
+  // pace() calls per chunk: every 16 dim pairs of a Q K^T pass, every 32 keys of a P V pass.
+  static int64_t pace_steps(int rows, int d, int npad) {
+    const int64_t qk = static_cast<int64_t>((rows + 31) / 32) * (npad / 32) * (d / 32);
+    return qk + static_cast<int64_t>(rows / 16) * (kHeadDim / 64) * (npad / 32);
+  }
+
+  static void qk(const uint16_t* q, int rows, int d, const uint8_t* tile, int npad, float* logits,
+                 fast::row_stream& stream) {
     const fast::bf16_tile t = fast::bf16_tile_of(const_cast<uint8_t*>(tile), d);
     const tile_config cfg;
     _tile_loadconfig(&cfg);
@@ -58,6 +65,7 @@ struct isa_amx_bf16 : fast::bf16_operands {
           _tile_zero(3);
         }
         for (int dp = 0; dp < pairs; dp += 16) {
+          stream.pace();
           _tile_loadd(4, qr + 2 * dp, d * 2);
           _tile_loadd(6, kt + dp * 16, 64);
           _tile_loadd(7, kt + static_cast<size_t>(pairs) * 16 + dp * 16, 64);
@@ -81,7 +89,8 @@ struct isa_amx_bf16 : fast::bf16_operands {
   }
 
   // acc[16 rows][64 dims] += P[16 rows][32 keys] . V pairs, four C tiles per pass.
-  static void pv(const uint16_t* p, int rows, int d, const uint8_t* tile, int npad, float* acc) {
+  static void pv(const uint16_t* p, int rows, int d, const uint8_t* tile, int npad, float* acc,
+                 fast::row_stream& stream) {
     const fast::bf16_tile t = fast::bf16_tile_of(const_cast<uint8_t*>(tile), d);
     const tile_config cfg;
     _tile_loadconfig(&cfg);
@@ -95,6 +104,7 @@ struct isa_amx_bf16 : fast::bf16_operands {
         _tile_loadd(2, o + x + 32, kAccStride);
         _tile_loadd(3, o + x + 48, kAccStride);
         for (int k = 0; k < npad; k += 32) {
+          stream.pace();
           const uint32_t* vn = t.vn + static_cast<size_t>(k / 2) * kHeadDim + x;
           _tile_loadd(4, pr + k, kChunkKeys * 2);
           _tile_loadd(5, vn, kAccStride);

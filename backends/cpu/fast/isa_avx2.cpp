@@ -17,8 +17,10 @@ inline __m128 hsum4x8(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
 
 // logits of RB query rows against keys j, j+1 (every key pair of the tile).
 template <int RB>
-inline void qk_rows(const float* q, int d, const float* k, int npad, float* logits) {
+inline void qk_rows(const float* q, int d, const float* k, int npad, float* logits,
+                    fast::row_stream& stream) {
   for (int j = 0; j < npad; j += 2) {
+    stream.pace();
     const float* k0 = k + static_cast<size_t>(j) * d;
     const float* k1 = k0 + d;
     __m256 a[RB][2];
@@ -51,8 +53,10 @@ inline void qk_rows(const float* q, int d, const float* k, int npad, float* logi
 
 // acc[RB rows][0:512] += sum_j p[row][j] * v[j][0:512], 16 dims per pass, keys in order.
 template <int RB>
-inline void pv_rows(const float* p, int d, const float* v, int npad, float* acc) {
+inline void pv_rows(const float* p, int d, const float* v, int npad, float* acc,
+                    fast::row_stream& stream) {
   for (int x = 0; x < kHeadDim; x += 16) {
+    stream.pace();
     __m256 a[RB][2];
 #pragma GCC unroll 8
     for (int i = 0; i < RB; ++i) {
@@ -105,41 +109,53 @@ struct isa_avx2 {
                 sizeof(float) * static_cast<size_t>(npad - nk) * d_qk);
   }
 
+  // Row blocks of the 6 / 4 / 2 rule below.
+  static int row_blocks(int rows) {
+    int blocks = 0;
+    for (int r = 0; r < rows; ++blocks)
+      r += rows - r >= 6 && rows - r != 8 ? 6 : rows - r >= 4 ? 4 : 2;
+    return blocks;
+  }
+  // pace() calls per chunk: every key pair of Q K^T and every 16-dim pass of P V, per row block.
+  static int64_t pace_steps(int rows, int /*d*/, int npad) {
+    return static_cast<int64_t>(row_blocks(rows)) * (npad / 2 + kHeadDim / 16);
+  }
+
   // Rows in blocks of 6 (12 accumulators: the tile is read once per 6 rows), then 4 or 2 (8 rows
   // as 4 + 4).
   __attribute__((noinline)) static void qk(const float* q, int rows, int d, const uint8_t* tile,
-                                           int npad, float* logits) {
+                                           int npad, float* logits, fast::row_stream& stream) {
     const float* k = reinterpret_cast<const float*>(tile);
     for (int r = 0; r < rows;) {
       const float* qr = q + static_cast<size_t>(r) * d;
       float* lr = logits + static_cast<size_t>(r) * kChunkKeys;
       if (rows - r >= 6 && rows - r != 8) {
-        qk_rows<6>(qr, d, k, npad, lr);
+        qk_rows<6>(qr, d, k, npad, lr, stream);
         r += 6;
       } else if (rows - r >= 4) {
-        qk_rows<4>(qr, d, k, npad, lr);
+        qk_rows<4>(qr, d, k, npad, lr, stream);
         r += 4;
       } else {
-        qk_rows<2>(qr, d, k, npad, lr);
+        qk_rows<2>(qr, d, k, npad, lr, stream);
         r += 2;
       }
     }
   }
 
   __attribute__((noinline)) static void pv(const float* p, int rows, int d, const uint8_t* tile,
-                                           int npad, float* acc) {
+                                           int npad, float* acc, fast::row_stream& stream) {
     const float* v = reinterpret_cast<const float*>(tile);
     for (int r = 0; r < rows;) {
       const float* pr = p + static_cast<size_t>(r) * kChunkKeys;
       float* ar = acc + static_cast<size_t>(r) * kHeadDim;
       if (rows - r >= 6 && rows - r != 8) {
-        pv_rows<6>(pr, d, v, npad, ar);
+        pv_rows<6>(pr, d, v, npad, ar, stream);
         r += 6;
       } else if (rows - r >= 4) {
-        pv_rows<4>(pr, d, v, npad, ar);
+        pv_rows<4>(pr, d, v, npad, ar, stream);
         r += 4;
       } else {
-        pv_rows<2>(pr, d, v, npad, ar);
+        pv_rows<2>(pr, d, v, npad, ar, stream);
         r += 2;
       }
     }

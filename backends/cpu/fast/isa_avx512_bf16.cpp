@@ -55,7 +55,14 @@ struct isa_avx512_bf16 : fast::bf16_operands {
   }
 
   // logits[r][j]: 8 rows x 32 keys per pass; each dim pair of q broadcast against 16 keys' pairs.
-  static void qk(const uint16_t* q, int rows, int d, const uint8_t* tile, int npad, float* logits) {
+  // pace() calls per chunk: every 32 dim pairs of a Q K^T pass, every 16 key pairs of a P V pass.
+  static int64_t pace_steps(int rows, int d, int npad) {
+    const int64_t qk = static_cast<int64_t>(rows / 8) * (npad / 32) * ((d / 2 + 31) / 32);
+    return qk + static_cast<int64_t>(rows / 4) * (kHeadDim / 64) * ((npad / 2 + 15) / 16);
+  }
+
+  static void qk(const uint16_t* q, int rows, int d, const uint8_t* tile, int npad, float* logits,
+                 fast::row_stream& stream) {
     const fast::bf16_tile t = fast::bf16_tile_of(const_cast<uint8_t*>(tile), d);
     const int pairs = d / 2;
     for (int r = 0; r < rows; r += 8) {
@@ -67,6 +74,7 @@ struct isa_avx512_bf16 : fast::bf16_operands {
         const uint32_t* k0 = t.kt + static_cast<size_t>(blk) * pairs * 16;
         const uint32_t* k1 = k0 + static_cast<size_t>(pairs) * 16;
         for (int dp = 0; dp < pairs; ++dp) {
+          if ((dp & 31) == 0) stream.pace();
           const v32bh kv0 = bh_load(k0 + dp * 16);
           const v32bh kv1 = bh_load(k1 + dp * 16);
 #pragma GCC unroll 8
@@ -87,7 +95,8 @@ struct isa_avx512_bf16 : fast::bf16_operands {
   }
 
   // acc[r][0:512] += P V: 4 rows x 64 dims per pass over the key pairs.
-  static void pv(const uint16_t* p, int rows, int d, const uint8_t* tile, int npad, float* acc) {
+  static void pv(const uint16_t* p, int rows, int d, const uint8_t* tile, int npad, float* acc,
+                 fast::row_stream& stream) {
     const fast::bf16_tile t = fast::bf16_tile_of(const_cast<uint8_t*>(tile), d);
     for (int r = 0; r < rows; r += 4) {
       const uint32_t* p32 =
@@ -100,6 +109,7 @@ struct isa_avx512_bf16 : fast::bf16_operands {
 #pragma GCC unroll 4
           for (int c = 0; c < 4; ++c) a[i][c] = vload(o + i * kHeadDim + x + 16 * c);
         for (int pr = 0; pr < npad / 2; ++pr) {
+          if ((pr & 15) == 0) stream.pace();
           const uint32_t* vp = t.vn + static_cast<size_t>(pr) * kHeadDim + x;
           v32bh v[4];
 #pragma GCC unroll 4
