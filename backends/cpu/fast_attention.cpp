@@ -29,7 +29,7 @@ bool isa_runs_here(fast_isa isa) {
       return avx2 && f.avx512bw && f.avx512vl && f.avx512_bf16;
     case fast_isa::amx_bf16:
       // Every AMX CPU has AVX-512, which the kernel's softmax uses.
-      return avx2 && f.avx512f && f.amx_bf16 && fast_amx_request_permission();
+      return avx2 && f.avx512f && f.avx512bw && f.amx_bf16 && fast_amx_request_permission();
     default:
       return false;
   }
