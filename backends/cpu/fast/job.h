@@ -20,7 +20,7 @@
 namespace dsv4 {
 namespace cpu {
 
-constexpr int kChunkKeys = 128;     // keys per tile at most (scratch sizes, row strides)
+constexpr int kChunkKeys = 256;     // keys per tile at most (scratch sizes, row strides)
 constexpr int kMaxGroupTokens = 4;  // tokens sharing one decode (MTP: s_q <= 4)
 // Query rows per item (a multiple of every ISA's row pad): 128 heads of one token, or 32 heads of
 // 4 MTP tokens, share one decode of their keys.
