@@ -533,8 +533,15 @@ void thread_counts(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
-BENCHMARK(BM_peak)->Apply(thread_counts);
-BENCHMARK(BM_gather)->ArgName("row_bytes")->Arg(584)->Arg(1024)->Apply(thread_counts);
+// The ceilings also report the best repetition (bench/cpu/report.py judges against it).
+static double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+BENCHMARK(BM_peak)->Apply(thread_counts)->ComputeStatistics("max", max_of);
+BENCHMARK(BM_gather)
+    ->ArgName("row_bytes")
+    ->Arg(584)
+    ->Arg(1024)
+    ->Apply(thread_counts)
+    ->ComputeStatistics("max", max_of);
 BENCHMARK(BM_decode_fp8)->Apply(decode_shapes);
 BENCHMARK(BM_decode_bf16)->Apply(decode_shapes);
 

@@ -23,15 +23,25 @@ ROW_BYTES = {"fp8": 584, "bf16": 1024}
 CACHE_NAMES = {"fp8": "FP8 584 B", "bf16": "bf16"}
 
 
+CEILINGS = ("BM_peak", "BM_gather")
+
+
 def medians(path):
-    """{run name: entry} of a Google Benchmark JSON (median aggregates, else the entries)."""
+    """{run name: entry} of a Google Benchmark JSON: median aggregates, else the entries; for the
+    ceilings (BM_peak, BM_gather) the "max" aggregate where there is one, since a ceiling is the
+    best the machine showed and the kernels must not be judged against a slow moment of it."""
     with open(path) as f:
         data = json.load(f)
-    out = {}
+    out, best = {}, {}
     for e in data["benchmarks"]:
-        if e.get("run_type") == "aggregate" and e.get("aggregate_name") != "median":
-            continue
-        out[e.get("run_name", e["name"])] = e
+        name = e.get("run_name", e["name"])
+        if e.get("run_type") == "aggregate":
+            if e.get("aggregate_name") == "max" and name.startswith(CEILINGS):
+                best[name] = e
+            if e.get("aggregate_name") != "median":
+                continue
+        out[name] = e
+    out.update(best)
     return data.get("context", {}), out
 
 
@@ -126,7 +136,9 @@ def main():
         ctx = dict(context)
         notes = [
             f"Peak ({label}, {n} thread(s)): {peak[n]:.0f} GFLOP/s; random-row gather, {n} thread(s): "
-            + ", ".join(f"{b} B rows {gather[(b, n)]:.1f} GB/s" for b in (584, 1024)) + ".",
+            + ", ".join(f"{b} B rows {gather[(b, n)]:.1f} GB/s" for b in (584, 1024))
+            + " (each the best repetition; rows from a pool of at least 1 GiB and 4x the last-level"
+            " cache, prefetched 16 rows ahead).",
             "Roofline per shape = min(peak, gather bandwidth × FLOP per gathered byte) "
             "(2048 · heads FLOP per 584 B / 1024 B row); PyTorch "
             f"{torch_context.get('torch', '?')}, bench/cpu/torch_cpu.py.",
