@@ -637,12 +637,13 @@ from one run, side by side. Targets and anchors (FlashMLA, plain PyTorch, hardwa
 CPU_TEXT = """\
 The CPU module's fast kernel for this CPU (AVX2/FMA, AVX512_BF16 or AMX-BF16, chosen by CPUID; the
 exact fp32 reference kernel stays the tests' second opinion): [cpu-backend.md](cpu-backend.md). Each
-query token attends to 128 sliding-window rows plus 512 or 1024 compressed rows of its own, drawn
-at random from a cache of 2^18 rows (146 MiB FP8, 256 MiB bf16), so that the rows come from memory
-for libdsv4, for PyTorch and for the gather bandwidth alike; attention sink on, explicit mode. The
-roofline of a shape is min(peak, gather bandwidth × FLOP per gathered byte), with the peak and the
-bandwidth measured in the same run (notes above); plain PyTorch runs the same attention
-(bench/cpu/torch_cpu.py). Plot: [img/cpu-roofline.png](img/cpu-roofline.png).
+query token attends to 128 sliding-window rows plus 512 or 1024 compressed rows of its own; every
+iteration reads the next rows of a random order of a cache of at least 1 GiB and 4× the last-level
+cache, so that the rows come from memory for libdsv4, for PyTorch and for the gather bandwidth
+alike; attention sink on, explicit mode. The roofline of a shape is min(peak, gather bandwidth ×
+FLOP per gathered byte), with the peak and the bandwidth measured in the same run (their best
+repetition; notes above); plain PyTorch runs the same attention (bench/cpu/torch_cpu.py). Plot:
+[img/cpu-roofline.png](img/cpu-roofline.png).
 """
 
 CUDA_TEXT = """\
