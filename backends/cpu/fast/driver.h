@@ -589,12 +589,16 @@ __attribute__((noinline)) void softmax_chunk(int rows, int nk, int npad, const i
   const int n16 = round_up_int(npad, 16);  // whole 16-key groups (the tile padding is 8 or 32)
   for (int r = 0; r < rows; ++r) {
     float* l = s.logits + static_cast<size_t>(r) * kChunkKeys;
-    for (int j = 0; j < n16; j += V::kLanes)
-      V::store(l + j, V::mul(V::load(l + j), V::load(s.key_mult + j)));
-    for (int j = nk; j < n16; ++j) l[j] = -kInf;
+    // Scaled logits and their max in one pass (padding keys: -inf, after the pass).
     auto lane_max = V::set1(-kInf);
-    for (int j = 0; j < n16; j += V::kLanes)
-      lane_max = V::max(V::load(l + j), lane_max);  // NaN ignored
+    const int n_whole = nk / V::kLanes * V::kLanes;
+    for (int j = 0; j < n_whole; j += V::kLanes) {
+      const auto x = V::mul(V::load(l + j), V::load(s.key_mult + j));
+      V::store(l + j, x);
+      lane_max = V::max(x, lane_max);  // NaN ignored
+    }
+    for (int j = n_whole; j < n16; ++j) l[j] = j < nk ? l[j] * s.key_mult[j] : -kInf;
+    for (int j = n_whole; j < n16; j += V::kLanes) lane_max = V::max(V::load(l + j), lane_max);
     const float m = V::reduce_max(lane_max);
     const float old = s.row_max[r];
     const float m_new = m > old ? m : old;

@@ -88,17 +88,19 @@ struct isa_amx_bf16 : fast::bf16_operands {
     _tile_release();
   }
 
-  // acc[16 rows][64 dims] += P[16 rows][32 keys] . V pairs, four C tiles per pass.
+  // acc[16 rows][64 dims] += P[16 rows][32 keys] . V pairs, four C tiles per pass; dim blocks
+  // outside the row groups, so that a block's V pairs (npad keys x 64 dims, 32 KB at 256 keys)
+  // stay in L1 for every row group instead of streaming from L2 once per row group.
   static void pv(const uint16_t* p, int rows, int d, const uint8_t* tile, int npad, float* acc,
                  fast::row_stream& stream) {
     const fast::bf16_tile t = fast::bf16_tile_of(const_cast<uint8_t*>(tile), d);
     const tile_config cfg;
     _tile_loadconfig(&cfg);
     constexpr long kAccStride = kHeadDim * 4;
-    for (int r = 0; r < rows; r += 16) {
-      const uint16_t* pr = p + static_cast<size_t>(r) * kChunkKeys;
-      float* o = acc + static_cast<size_t>(r) * kHeadDim;
-      for (int x = 0; x < kHeadDim; x += 64) {
+    for (int x = 0; x < kHeadDim; x += 64) {
+      for (int r = 0; r < rows; r += 16) {
+        const uint16_t* pr = p + static_cast<size_t>(r) * kChunkKeys;
+        float* o = acc + static_cast<size_t>(r) * kHeadDim;
         _tile_loadd(0, o + x, kAccStride);
         _tile_loadd(1, o + x + 16, kAccStride);
         _tile_loadd(2, o + x + 32, kAccStride);
