@@ -10,8 +10,8 @@
 //   BM_peak (threads): the dot-product peak of the instruction the fast kernel uses (TDPBF16PS
 //     where the CPU module runs its AMX kernel, else VDPBF16PS with AVX512_BF16, else fp32 FMA),
 //     every thread on its own registers (tiles). Counter GFLOP.
-//   BM_gather (row_bytes, threads): random rows of a pool as large, read whole (every byte used),
-//     prefetched ahead. Counter GBps (bytes per second / 1e9).
+//   BM_gather (row_bytes, ahead, threads): random rows of a pool as large, read whole (every byte
+//     used), each prefetched `ahead` rows before. Counter GBps (bytes per second / 1e9).
 // Pools: DSV4_BENCH_POOL_BYTES sets their size; DSV4_BENCH_HUGE_PAGES=1 backs them with huge pages.
 // bench/cpu/bench_all.sh runs this with plain PyTorch's timings and writes bench/results/.
 //
@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -484,10 +485,11 @@ void BM_peak(benchmark::State& state) {
 }
 
 // Random rows of `row_bytes` from a pool of pool_bytes(), every byte summed, each row prefetched
-// 16 rows ahead (what a gather tuned for the machine reaches). Each thread walks its own part of a
-// random order of the rows, the whole part before any row repeats, so that rows come from memory.
+// `ahead` rows before it is read (report.py takes the best distance and repetition: the ceiling is
+// the best gather the machine showed). Each thread walks its own part of a random order of the
+// rows, the whole part before any row repeats, so that rows come from memory.
 void BM_gather(benchmark::State& state) {
-  const int64_t row_bytes = state.range(0);
+  const int64_t row_bytes = state.range(0), ahead_rows = state.range(1);
   static std::unique_ptr<PoolBytes> pool;
   static std::vector<int64_t> order;
   static int64_t order_row_bytes = 0;
@@ -506,14 +508,16 @@ void BM_gather(benchmark::State& state) {
       order_row_bytes = row_bytes;
     }
   }
-  constexpr int64_t kRows = 4096, kAhead = 16;
+  constexpr int64_t kRows = 4096;
   const int64_t part = static_cast<int64_t>(order.size()) / state.threads();
   const int64_t* mine = order.data() + part * state.thread_index();
-  int64_t next = 0;
+  // Each run starts where an earlier one is unlikely to have read lately.
+  static std::atomic<int64_t> runs{0};
+  int64_t next = (runs.fetch_add(1) * 7919 * kRows) % part;
   uint64_t sum = 0;
   for (auto _ : state) {
     for (int64_t j = 0; j < kRows; ++j) {
-      const uint8_t* ahead = pool->data + mine[(next + kAhead) % part] * row_bytes;
+      const uint8_t* ahead = pool->data + mine[(next + ahead_rows) % part] * row_bytes;
       for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
       const uint64_t* p = reinterpret_cast<const uint64_t*>(pool->data + mine[next] * row_bytes);
       uint64_t s = 0;
@@ -537,9 +541,8 @@ void thread_counts(benchmark::internal::Benchmark* b) {
 static double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 BENCHMARK(BM_peak)->Apply(thread_counts)->ComputeStatistics("max", max_of);
 BENCHMARK(BM_gather)
-    ->ArgName("row_bytes")
-    ->Arg(584)
-    ->Arg(1024)
+    ->ArgNames({"row_bytes", "ahead"})
+    ->ArgsProduct({{584, 1024}, {4, 16, 64}})
     ->Apply(thread_counts)
     ->ComputeStatistics("max", max_of);
 BENCHMARK(BM_decode_fp8)->Apply(decode_shapes);
