@@ -128,7 +128,7 @@ struct PoolBytes {
 
 // Rows of a pool of `row_bytes` rows: the power of two that spans pool_bytes().
 int64_t pool_rows(int64_t row_bytes) {
-  int64_t rows = 1;
+  int64_t rows = 4096;  // at least the rows Cache writes (a small DSV4_BENCH_POOL_BYTES)
   while (static_cast<size_t>(rows * row_bytes) < pool_bytes()) rows *= 2;
   return rows;
 }
@@ -142,6 +142,7 @@ struct Cache {
   std::vector<int64_t> shape;
   dsv4_tensor t{};
   std::vector<int32_t> order;  // a permutation of the rows
+  int64_t next_row = 0;        // where the next case starts reading `order` (cases go on from it)
 
   Cache(dsv4_ctx* ctx, uint32_t layout, std::mt19937& rng) {
     dsv4_kv_layout_info info;
@@ -181,7 +182,7 @@ struct Cache {
   }
 };
 
-const Cache& pool(dsv4_ctx* ctx, uint32_t layout) {
+Cache& pool(dsv4_ctx* ctx, uint32_t layout) {
   static std::unique_ptr<Cache> fp8, bf16;
   std::unique_ptr<Cache>& c = layout == DSV4_KV_LAYOUT_BF16 ? bf16 : fp8;
   if (c == nullptr) {
@@ -212,9 +213,14 @@ void run_decode(benchmark::State& state, uint32_t layout) {
 
   // Row sets: each iteration reads the next `need` rows of the pool's order (swa lists, then
   // extra lists: distinct rows, as in a decode batch), the whole pool before any row repeats.
-  const Cache& cache = pool(ctx, layout);  // both lists' rows come from it
+  Cache& cache = pool(ctx, layout);  // both lists' rows come from it
   const int64_t need = tokens * keys;
   const int64_t sets = static_cast<int64_t>(cache.order.size()) / need;
+  if (sets == 0) {
+    state.SkipWithError(
+        "the pool holds fewer rows than one iteration reads: raise DSV4_BENCH_POOL_BYTES");
+    return;
+  }
   std::normal_distribution<float> normal;
   std::vector<uint16_t> q(static_cast<size_t>(tokens * heads * kDim)), out(q.size());
   for (uint16_t& v : q) v = to_bf16(normal(rng));
@@ -239,7 +245,7 @@ void run_decode(benchmark::State& state, uint32_t layout) {
   std::vector<int64_t> q_shape{tokens, heads, kDim}, swa_shape{tokens, kSwaKeys},
       cmp_shape{tokens, extra}, sink_shape{heads};
   dsv4_tensor tq = tensor(q.data(), kBf16, q_shape), tout = tensor(out.data(), kBf16, q_shape);
-  int32_t* order = const_cast<int32_t*>(cache.order.data());
+  int32_t* order = cache.order.data();
   dsv4_tensor tswa = tensor(order, kI32, swa_shape);
   dsv4_tensor tcmp = tensor(order + tokens * kSwaKeys, kI32, cmp_shape);
   dsv4_tensor tsink = tensor(sink.data(), kF32, sink_shape);
@@ -261,11 +267,12 @@ void run_decode(benchmark::State& state, uint32_t layout) {
   check(dsv4_plan_get_info(plan, &info), "dsv4_plan_get_info");
   state.SetLabel(info.kernel);
 
-  int64_t set = 0;
+  int64_t set = cache.next_row / need % sets;  // runs go on where the last one stopped
   for (auto _ : state) {
     tswa.data = order + set * need;
     tcmp.data = order + set * need + tokens * kSwaKeys;
     set = set + 1 < sets ? set + 1 : 0;
+    cache.next_row = set * need;
     const dsv4_status st = dsv4_run(plan, &args);
     if (st != DSV4_STATUS_OK) {
       state.SkipWithError(dsv4_last_error_message());
@@ -510,6 +517,10 @@ void BM_gather(benchmark::State& state) {
   }
   constexpr int64_t kRows = 4096;
   const int64_t part = static_cast<int64_t>(order.size()) / state.threads();
+  if (part <= ahead_rows) {
+    state.SkipWithError("the pool holds too few rows: raise DSV4_BENCH_POOL_BYTES");
+    return;
+  }
   const int64_t* mine = order.data() + part * state.thread_index();
   // Each run starts where an earlier one is unlikely to have read lately.
   static std::atomic<int64_t> runs{0};
