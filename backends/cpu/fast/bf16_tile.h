@@ -122,7 +122,7 @@ inline void decode_entry_bf16(const dsv4_mod_cache& c, const uint8_t* block, int
   if (c.layout == DSV4_KV_LAYOUT_FP8_V4_584B && (c.flags & DSV4_KV_CACHE_FLAG_FP8_FNUZ) == 0) {
     const uint8_t* sc = block + v4_scale_offset(c.block_size, e);
     bool exact = true;
-    for (int k = 0; k < kV4Tiles; ++k) exact = exact && sc[k] >= 10 && sc[k] <= 245;
+    for (int k = 0; k < kV4Tiles; ++k) exact = exact && ue8m0_scale_is_exact(sc[k]);
     if (exact) {
       const uint8_t* p = block + entry_data_offset(c.layout, e);
       for (int k = 0; k < kV4Tiles; ++k)

@@ -258,6 +258,9 @@ inline void fp16x16_to_f32(const uint8_t* p, float* out) {
                    _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
 }
 
+// Scale bytes 10..245 keep every product of an FP8 value normal, finite and bf16-exact.
+inline bool ue8m0_scale_is_exact(uint8_t s) { return s >= 10 && s <= 245; }
+
 // Entry `e` of the block at `block` (cache layout/flags) as layout_head_dim_qk values.
 inline void decode_entry_f32(const dsv4_mod_cache& c, const uint8_t* block, int64_t e, float* out) {
   const uint8_t* p = block + entry_data_offset(c.layout, e);
@@ -272,8 +275,7 @@ inline void decode_entry_f32(const dsv4_mod_cache& c, const uint8_t* block, int6
     case DSV4_KV_LAYOUT_FP8_V4_584B: {
       const uint8_t* sc = block + v4_scale_offset(c.block_size, e);
       for (int k = 0; k < kV4Tiles; ++k) {
-        // Scale bytes 10..245 keep every product of an FP8 value normal, finite and bf16-exact.
-        if (sc[k] >= 10 && sc[k] <= 245) {
+        if (ue8m0_scale_is_exact(sc[k])) {
           const __m256 f = _mm256_set1_ps(ue8m0_to_f32(sc[k]) * (fnuz ? 128.0f : 256.0f));
           for (int j = 0; j < kV4TileDim; j += 16)
             fp8x16_to_f32_exact(p + k * kV4TileDim + j, fnuz, f, out + k * kV4TileDim + j);
@@ -322,16 +324,37 @@ inline void prefetch_line(const void* line, int hint) {
   }
 }
 
+// The cache lines of one candidate row: its data (every line it touches, the last through its
+// last byte, since a row need not start on a line) and, in the 584 B layout, its scales' line.
+struct row_lines {
+  const uint8_t* data = nullptr;
+  const uint8_t* scale = nullptr;  // nullptr outside the 584 B layout
+  int bytes = 0;
+  int data_lines = 0;  // the data's lines, the last one through its last byte
+  int count = 0;       // lines to fetch: line(0) .. line(count - 1)
+
+  row_lines() = default;
+  row_lines(const dsv4_mod_run& run, int32_t slot, uint8_t list) {
+    const dsv4_mod_cache& c = list == 0 ? run.swa_cache : run.extra_cache;
+    int64_t e;
+    const uint8_t* block = slot_block_base(c, slot, &e);
+    const bool v4 = c.layout == DSV4_KV_LAYOUT_FP8_V4_584B;
+    data = block + entry_data_offset(c.layout, e);
+    scale = v4 ? block + v4_scale_offset(c.block_size, e) : nullptr;
+    bytes = v4 ? kV4DataBytes : layout_bytes_per_token(c.layout);
+    data_lines = (bytes + 63) / 64 + 1;
+    count = data_lines + (v4 ? 1 : 0);
+  }
+  const uint8_t* line(int i) const {
+    if (i >= data_lines) return scale;
+    const int b = 64 * i;
+    return data + (b < bytes ? b : bytes - 1);
+  }
+};
+
 inline void prefetch_row(const dsv4_mod_run& run, int32_t slot, uint8_t list, int hint) {
-  const dsv4_mod_cache& c = list == 0 ? run.swa_cache : run.extra_cache;
-  int64_t e;
-  const uint8_t* block = slot_block_base(c, slot, &e);
-  const uint8_t* p = block + entry_data_offset(c.layout, e);
-  const int bytes =
-      c.layout == DSV4_KV_LAYOUT_FP8_V4_584B ? kV4DataBytes : layout_bytes_per_token(c.layout);
-  for (int b = 0; b < bytes + 63; b += 64) prefetch_line(p + (b < bytes ? b : bytes - 1), hint);
-  if (c.layout == DSV4_KV_LAYOUT_FP8_V4_584B)
-    prefetch_line(block + v4_scale_offset(c.block_size, e), hint);
+  const row_lines r(run, slot, list);
+  for (int i = 0; i < r.count; ++i) prefetch_line(r.line(i), hint);
 }
 
 // The first kPrefetchRows candidates of the chunk at k0 (its decode prefetches the rest as it
@@ -358,14 +381,12 @@ class row_stream {
     row_ = begin;
     end_ = end;
     line_ = 0;
-    lines_ = 0;
     budget_ = 0;
     if (begin >= end) {
       step_ = 0;
       return;
     }
-    const dsv4_mod_cache& c = list[begin] == 0 ? run.swa_cache : run.extra_cache;
-    const int64_t total = (end - begin) * lines_per_row(c);
+    const int64_t total = (end - begin) * row_lines(run, slots[begin], list[begin]).count;
     step_ = static_cast<uint32_t>((total * 256 + steps - 1) / (steps > 0 ? steps : 1));
   }
   // Issues this step's share of the lines (1/256 line units).
@@ -388,29 +409,11 @@ class row_stream {
   }
 
  private:
-  static int lines_per_row(const dsv4_mod_cache& c) {
-    const bool v4 = c.layout == DSV4_KV_LAYOUT_FP8_V4_584B;
-    const int bytes = v4 ? kV4DataBytes : layout_bytes_per_token(c.layout);
-    return (bytes + 63) / 64 + (v4 ? 1 : 0);
-  }
   bool issue_line() {
     if (row_ >= end_) return false;
-    if (line_ == 0) {
-      const dsv4_mod_cache& c = list_[row_] == 0 ? run_->swa_cache : run_->extra_cache;
-      int64_t e;
-      const uint8_t* block = slot_block_base(c, slots_[row_], &e);
-      data_ = block + entry_data_offset(c.layout, e);
-      const bool v4 = c.layout == DSV4_KV_LAYOUT_FP8_V4_584B;
-      bytes_ = v4 ? kV4DataBytes : layout_bytes_per_token(c.layout);
-      scale_ = v4 ? block + v4_scale_offset(c.block_size, e) : nullptr;
-      lines_ = lines_per_row(c);
-    }
-    const int b = 64 * line_;
-    _mm_prefetch(reinterpret_cast<const char*>(b < bytes_          ? data_ + b
-                                               : scale_ != nullptr ? scale_
-                                                                   : data_ + bytes_ - 1),
-                 _MM_HINT_T0);
-    if (++line_ == lines_) {
+    if (line_ == 0) current_ = row_lines(*run_, slots_[row_], list_[row_]);
+    _mm_prefetch(reinterpret_cast<const char*>(current_.line(line_)), _MM_HINT_T0);
+    if (++line_ == current_.count) {
       line_ = 0;
       ++row_;
     }
@@ -421,9 +424,8 @@ class row_stream {
   const int32_t* slots_ = nullptr;
   const uint8_t* list_ = nullptr;
   int64_t row_ = 0, end_ = 0;
-  int line_ = 0, lines_ = 0, bytes_ = 0;
-  const uint8_t* data_ = nullptr;
-  const uint8_t* scale_ = nullptr;
+  int line_ = 0;
+  row_lines current_{};
   uint32_t budget_ = 0, step_ = 0;
 };
 
