@@ -10,6 +10,7 @@ never fills, so the host is what is timed):
   plan_run          dsv4.Plan.run(q=..., out=..., ...) with torch tensors
   torch_given       dsv4.torch.attention with out / lse given
   torch_alloc       dsv4.torch.attention allocating out / lse
+  torch_merge       dsv4.torch.merge of two such runs' (out, lse) with the sink, out / lse given
   graph_replay      torch.cuda.CUDAGraph.replay() of one captured run, and per run of a graph
                     of GRAPH_RUNS captured runs (the host cost a run leaves under replay)
 and the GPU time per run (CUDA events, back to back). Prints one JSON object per repetition;
@@ -144,7 +145,7 @@ def main():
 # with torch CUDA tensors <= 20 us, none under graph replay). dsv4.torch adds the torch.library
 # op's dispatch to Plan.run's cost.
 FORMS = {"ctypes_floor": None, "plan_run": 20.0, "torch_given": None, "torch_alloc": None,
-         "graph_replay": None, "graph_replay_per_run_of_%d" % GRAPH_RUNS: 0.0}
+         "torch_merge": None, "graph_replay": None, "graph_replay_per_run_of_%d" % GRAPH_RUNS: 0.0}
 
 
 def to_gbench(results, command):
@@ -169,8 +170,9 @@ def to_gbench(results, command):
     entries = []
     for form, target in FORMS.items():
         times = [r["host_us"][form] for r in results]
-        gpu = statistics.median(r["gpu_us_graph_replay" if form.startswith("graph") else "gpu_us"]
-                                for r in results)
+        gpu_key = "gpu_us_graph_replay" if form.startswith("graph") else \
+            "gpu_us_merge" if form == "torch_merge" else "gpu_us"
+        gpu = statistics.median(r[gpu_key] for r in results)
         name = "cuda/host/python/%s/b:2" % form
         common = {"run_name": name, "time_unit": "us", "gpu_us_per_call": gpu}
         if target is not None:
@@ -190,16 +192,21 @@ def measure(device, calls):
     inputs = {k: v for k, v in tensors.items() if k not in ("q", "swa_cache", "out", "lse")}
     q, cache, out, lse = tensors["q"], tensors["swa_cache"], tensors["out"], tensors["lse"]
     floor, keep = ctypes_floor(plan, tensors)
+    parts_out, parts_lse = torch.stack([out, out]), torch.stack([lse, lse])
+    merged_out, merged_lse = torch.empty_like(out), torch.empty_like(lse)
     cases = {
         "ctypes_floor": floor,
         "plan_run": lambda: plan.run(**tensors),
         "torch_given": lambda: dt.attention(plan, q, cache, out=out, lse=lse, **inputs),
         "torch_alloc": lambda: dt.attention(plan, q, cache, **inputs),
+        "torch_merge": lambda: dt.merge(parts_out, parts_lse, attn_sink=tensors["attn_sink"],
+                                        out=merged_out, lse=merged_lse),
     }
     result = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__,
               "libdsv4": dsv4.version(), "kernel": plan.info.kernel, "calls": calls,
               "batch": BATCH, "case": "CONFIG1 b=2 s_q=2 (64 heads, FP8 584 B, 128 + 512)",
-              "host_us": {}, "gpu_us": gpu_us(cases["plan_run"], calls)}
+              "host_us": {}, "gpu_us": gpu_us(cases["plan_run"], calls),
+              "gpu_us_merge": gpu_us(cases["torch_merge"], calls)}
     for name, fn in cases.items():
         result["host_us"][name] = host_us(fn, calls)
 

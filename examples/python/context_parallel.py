@@ -66,7 +66,7 @@ def run_case(config, batch, args, rank, world, device, flush):
     out = torch.empty_like(part_out)
     lse = torch.empty_like(part_lse)
     timer = common.Timer()
-    for rep in range(common.WARMUP + common.REPS):
+    for rep in common.timed_steps():
         common.flush_l2(flush)
         start = common.event()
         dt.attention(plan, step.q, swa_cache, swa_local, lengths=swa_lengths,
@@ -102,7 +102,7 @@ def run_case(config, batch, args, rank, world, device, flush):
         single_out = torch.empty_like(out)
         single_lse = torch.empty_like(lse)
         single = common.Timer()
-        for rep in range(common.WARMUP + common.REPS):
+        for rep in common.timed_steps():
             common.flush_l2(flush)
             start = common.event()
             dt.attention(plan, step.q, swa_full, swa_indices, extra_cache=cmp_full,

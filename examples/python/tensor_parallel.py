@@ -38,7 +38,7 @@ def run_case(config, batch, args, rank, world, device, flush):
     gathered = torch.empty((world,) + tuple(out.shape), dtype=out.dtype, device=device)
     gathered_lse = torch.empty((world,) + tuple(lse.shape), device=device)
     timer = common.Timer()
-    for rep in range(common.WARMUP + common.REPS):
+    for rep in common.timed_steps():
         common.flush_l2(flush)
         start = common.event()
         dt.attention(plan, q, swa_cache, swa_indices, extra_cache=cmp_cache,
@@ -70,7 +70,7 @@ def run_case(config, batch, args, rank, world, device, flush):
                                  device=device)
         single_lse = torch.empty(batch, common.S_Q, step.heads, device=device)
         single = common.Timer()
-        for rep in range(common.WARMUP + common.REPS):
+        for rep in common.timed_steps():
             common.flush_l2(flush)
             start = common.event()
             dt.attention(single_plan, step.q, swa_cache, swa_indices, extra_cache=cmp_cache,

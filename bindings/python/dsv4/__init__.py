@@ -200,6 +200,8 @@ class Context(_Closable):
         self._plan_handles = {}
         self._handle = ctypes.c_void_p()
         lib.dsv4_ctx_create(ctypes.byref(options), ctypes.byref(self._handle))
+        self._torch_merge = _TorchFastPath(self.device, _lib.CMergeArgs, "dsv4_merge_args_init",
+                                           _fill_merge_args)
 
     @property
     def handle(self):
@@ -213,6 +215,22 @@ class Context(_Closable):
         _lib.lib().dsv4_ctx_get_info(self.handle, ctypes.byref(info))
         return ContextInfo((info.device.device_type, info.device.device_id), info.num_threads,
                            _text(info.backend), _text(info.path), _text(info.reason))
+
+    def _merge(self, tensors, stream=None):
+        """merge() with the tensors as a dict (framework ops call this)."""
+        lib = _lib.lib()
+        if stream is None and _torch_tensor_type is not None:
+            found = self._torch_merge.args(tensors)
+            if found is not None:
+                args, current = found
+                args.stream = current or None
+                lib.dsv4_merge(self.handle, ctypes.byref(args))
+                return
+        args = _new_args(_lib.CMergeArgs, lib.dsv4_merge_args_init)
+        call = _Call(self.device, stream, tensors)
+        _fill_merge_args(call, args, tensors)
+        args.stream = call.stream or None
+        lib.dsv4_merge(self.handle, ctypes.byref(args))
 
     def close(self):
         """Destroys the plans created from this context, then the context. Idempotent."""
@@ -307,6 +325,8 @@ class _Call:
 
 _RUN_OUTPUTS = frozenset(("out", "lse", "max_logits"))
 _RUN_TENSORS = frozenset(_lib.RUN_TENSORS)
+_MERGE_OUTPUTS = frozenset(("out", "lse"))
+_MERGE_TENSORS = frozenset(_lib.MERGE_TENSORS)
 _templates = {}
 
 
@@ -324,6 +344,68 @@ def _fill_run_args(call, args, tensors):
             raise TypeError("unknown tensor argument %r" % name)
         if value is not None:
             setattr(args, name, call.pointer(name, value, name in _RUN_OUTPUTS))
+
+
+def _fill_merge_args(call, args, tensors):
+    for name, value in tensors.items():
+        if name not in _MERGE_TENSORS:
+            raise TypeError("unknown tensor argument %r" % name)
+        if value is not None:
+            setattr(args, name, call.pointer(name, value, name in _MERGE_OUTPUTS))
+
+
+class _TorchFastPath:
+    """The host's fast path of one C call (dsv4_run of a plan, dsv4_merge of a context) for plain
+    torch tensors on the producer's current stream: the argument struct of a geometry (names,
+    shapes, strides, dtypes, devices) is filled once per thread by the general path's checks
+    (_Call), then reused with each call's data pointers. The per-tensor reads below are what
+    the path costs: torch's shape, stride, dtype, device and data_ptr accessors."""
+
+    def __init__(self, device, struct, init_name, fill):
+        """fill(call, args, tensors) sets and checks the tensors."""
+        self.device = device
+        self._struct, self._init_name, self._fill = struct, init_name, fill
+        self._entries = threading.local()
+
+    def args(self, tensors, prepare=None):
+        """(argument struct, current stream handle or None on the host) for these tensors, or
+        None when a value is neither a plain torch tensor nor None. prepare(args), if given,
+        sets the rest of a new entry's struct (passed per call: held here, a plan's bound
+        method would keep the plan alive in a cycle)."""
+        geometry, pointers = [], []
+        for name, value in tensors.items():
+            if value is not None:
+                if type(value) is not _torch_tensor_type:
+                    return None
+                geometry.append((name, value.shape, value.stride(), value.dtype, value.device))
+                pointers.append(value.data_ptr())
+        key = tuple(geometry)
+        entry = self._entries.__dict__.get(key)
+        if entry is None:
+            entry = self._entry(key, tensors, prepare)
+        args, views, current_stream, _ = entry
+        for view, pointer in zip(views, pointers):
+            view.data = pointer or None
+        return args, (current_stream(self.device[1]) if current_stream is not None else None)
+
+    def _entry(self, key, tensors, prepare):
+        """The cached call of one geometry: (argument struct, its tensor structs in `key`'s
+        order, the current-stream function on a GPU (None on the host), what the struct points
+        at). Entries are the thread's own (a host workspace is per thread)."""
+        cache = self._entries.__dict__
+        if len(cache) >= 64:
+            cache.clear()
+        call = _Call(self.device, None, tensors)  # validates names and devices
+        args = _new_args(self._struct, getattr(_lib.lib(), self._init_name))
+        self._fill(call, args, tensors)
+        views = [getattr(args, name).contents for name, *_ in key]
+        if prepare is not None:
+            prepare(args)
+        current_stream = None
+        if self.device[0] in _GPU_DEVICES:
+            current_stream = _device.current_stream_function(call.framework)
+        cache[key] = entry = (args, views, current_stream, call.keep)
+        return entry
 
 
 def _destroy_plan(handle):
@@ -373,7 +455,8 @@ class Plan(_Closable):
         lib.dsv4_plan_get_workspace_size(self._handle, ctypes.byref(size))
         self._workspace_size = size.value  # the plan is immutable
         self._host_workspaces = threading.local()
-        self._torch_calls = threading.local()  # geometry -> argument struct (_run_torch)
+        self._torch_path = _TorchFastPath(self.device, _lib.CRunArgs, "dsv4_run_args_init",
+                                          _fill_run_args)
         # stream handle -> (framework tensor, its data pointer): runs read the pointer, no export
         self._device_workspaces = {}
         self._lock = threading.Lock()
@@ -480,52 +563,25 @@ class Plan(_Closable):
         return found[1], self._workspace_size
 
     def _run_torch(self, tensors):
-        """The host's fast path for torch tensors on the producer's stream: the argument struct
-        of a given geometry (names, shapes, strides, dtypes, devices) is built once per thread
-        and reused with new data pointers. False when a value is not a plain torch tensor."""
-        geometry, pointers = [], []
-        for name, value in tensors.items():
-            if value is not None:
-                if type(value) is not _torch_tensor_type:
-                    return False
-                geometry.append((name, value.shape, value.stride(), value.dtype, value.device))
-                pointers.append(value.data_ptr())
-        key = tuple(geometry)
-        entry = self._torch_calls.__dict__.get(key)
-        if entry is None:
-            entry = self._torch_entry(key, tensors)
-        args, views, current_stream, run, _ = entry
-        for view, pointer in zip(views, pointers):
-            view.data = pointer or None
-        if current_stream is not None:
-            stream = current_stream(self.device[1])
-            found = self._device_workspaces.get(stream)
-            args.workspace = found[1] if found is not None else \
+        """The torch fast path (_TorchFastPath) with the plan's workspace for the stream. False
+        when a value is not a plain torch tensor."""
+        found = self._torch_path.args(tensors, self._prepare_torch_args)
+        if found is None:
+            return False
+        args, stream = found
+        if stream is not None:
+            workspace = self._device_workspaces.get(stream)
+            args.workspace = workspace[1] if workspace is not None else \
                 self._own_workspace(stream, "torch")[0]
             args.stream = stream or None
-        run(self.handle, ctypes.byref(args))
+        _lib.lib().dsv4_run(self.handle, ctypes.byref(args))
         return True
 
-    def _torch_entry(self, key, tensors):
-        """_run_torch's cached call for one geometry: (argument struct, its tensor structs in
-        `key`'s order, the current-stream function on a GPU (None on the host), dsv4_run, what
-        the struct points at)."""
-        cache = self._torch_calls.__dict__
-        if len(cache) >= 64:
-            cache.clear()
-        call = _Call(self.device, None, tensors)  # validates names and devices
-        lib = _lib.lib()
-        args = _new_args(_lib.CRunArgs, lib.dsv4_run_args_init)
-        _fill_run_args(call, args, tensors)
-        views = [getattr(args, name).contents for name, *_ in key]
+    def _prepare_torch_args(self, args):
+        """A new fast-path struct's workspace: its size; on the host, the thread's buffer."""
         args.workspace_bytes = self._workspace_size
-        current_stream = None
-        if self.device[0] in _GPU_DEVICES:
-            current_stream = _device.current_stream_function(call.framework)
-        else:  # the thread's own host workspace: the entry is the thread's own too
+        if self.device[0] not in _GPU_DEVICES:
             args.workspace = self._host_workspace()[0]
-        cache[key] = entry = (args, views, current_stream, lib.dsv4_run, call.keep)
-        return entry
 
     def close(self):
         _destroy_plan(self._handle)
@@ -574,17 +630,7 @@ def merge(ctx, stream=None, **tensors):
     results out_parts [P, ..., H, 512] and lse_parts [P, ..., H] (computed without the sink),
     applying attn_sink [H] (optional) once. Keywords are dsv4_merge_args names; stream as in
     Plan.run."""
-    lib = _lib.lib()
-    for name in tensors:
-        if name not in _lib.MERGE_TENSORS:
-            raise TypeError("unknown tensor argument %r" % name)
-    args = _new_args(_lib.CMergeArgs, lib.dsv4_merge_args_init)
-    call = _Call(ctx.device, stream, tensors)
-    for name, value in tensors.items():
-        if value is not None:
-            setattr(args, name, call.pointer(name, value, name in ("out", "lse")))
-    args.stream = call.stream or None
-    lib.dsv4_merge(ctx.handle, ctypes.byref(args))
+    ctx._merge(tensors, stream)
 
 
 def kv_layout_info(layout, block_size):

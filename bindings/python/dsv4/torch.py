@@ -24,7 +24,6 @@ import threading
 import torch
 
 from . import Context, Plan, plan_by_id
-from . import merge as merge_tensors
 
 __all__ = ["HAS_CUSTOM_OP", "attention", "context", "merge", "paged_attention", "plan", "run"]
 
@@ -34,11 +33,17 @@ HAS_CUSTOM_OP = hasattr(torch.library, "register_fake")  # torch >= 2.4
 # ------------------------------------ contexts and plans ----------------------------------------
 _contexts = {}
 _contexts_lock = threading.Lock()
+_device_contexts = {}  # torch.device with its index -> its default-backend context
 
 
 def context(device="cuda", backend=None, **options):
     """The dsv4.Context of a torch device (one per device, backend and options, kept for the
     process). `device`: a torch.device or its text ("cuda", "cuda:1", "cpu")."""
+    if backend is None and not options:  # a tensor's device: one lookup
+        found = _device_contexts.get(device)
+        if found is not None:
+            return found
+    given = device
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
@@ -47,6 +52,9 @@ def context(device="cuda", backend=None, **options):
         found = _contexts.get(key)
         if found is None:
             found = _contexts[key] = Context(device=device, backend=backend, **options)
+        if backend is None and not options and isinstance(given, torch.device) and \
+                (given.type != "cuda" or given.index is not None):
+            _device_contexts[given] = found
     return found
 
 
@@ -95,8 +103,8 @@ def _schema(name, outputs):
 
 def _merge(out_parts, lse_parts, attn_sink, out, lse):
     """The merge op's kernel (every device)."""
-    merge_tensors(context(out_parts.device), out_parts=out_parts, lse_parts=lse_parts,
-                  attn_sink=attn_sink, out=out, lse=lse)
+    context(out_parts.device)._merge(dict(out_parts=out_parts, lse_parts=lse_parts,
+                                          attn_sink=attn_sink, out=out, lse=lse))
 
 
 _MERGE_SCHEMA = ("merge(Tensor out_parts, Tensor lse_parts, Tensor? attn_sink, Tensor(a!) out, "

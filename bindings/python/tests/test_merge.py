@@ -146,6 +146,31 @@ class MergeTest(unittest.TestCase):
                         "%s, an empty part, %s" % (device, problem.describe()))
             self.assertTrue(bool((out[0] == 0).all()) and bool(torch.isinf(lse[0]).all()))
 
+    def test_repeated_merges_match_the_general_path(self):
+        # The torch fast path reuses one argument struct per geometry with each call's pointers:
+        # new values of one geometry, then other part counts and strided parts, each bit for bit
+        # the general path's result (a stream given takes the general path).
+        gen = torch.Generator().manual_seed(cases.seed(360))
+        for device in DEVICES:
+            ctx = dt.context(device) if device != "cpu" else dt.context("cpu", backend="cpu")
+            shapes = ((3, 5, 4, False), (2, 5, 4, False), (3, 5, 4, True), (4, 2, 16, False))
+            for parts, tokens, heads, strided in shapes * 3:
+                rows = 2 * tokens if strided else tokens
+                out_parts = torch.randn(parts, rows, heads, 512, generator=gen)
+                out_parts = out_parts[:, ::2] if strided else out_parts  # token stride doubled
+                out_parts = out_parts.to(device)
+                lse_parts = (torch.randn(parts, tokens, heads, generator=gen) * 4).to(device)
+                lse_parts[0, 0] = float("inf")  # a part without keys
+                sink = torch.randn(heads, generator=gen).to(device)
+                fast = dt.merge(out_parts, lse_parts, attn_sink=sink)
+                general = (torch.empty_like(fast[0]), torch.empty_like(fast[1]))
+                dsv4.merge(ctx, stream=0, out_parts=out_parts, lse_parts=lse_parts,
+                           attn_sink=sink, out=general[0], lse=general[1])
+                what = "%s, %d parts, %d x %d%s" % (device, parts, tokens, heads,
+                                                     ", strided" if strided else "")
+                self.assertTrue(torch.equal(fast[0], general[0]), what)
+                self.assertTrue(torch.equal(fast[1], general[1]), what)
+
     def test_bad_input_names_the_argument(self):
         out_parts = torch.zeros(2, 3, 4, 512, dtype=torch.bfloat16)
         lse_parts = torch.zeros(2, 3, 4)
