@@ -192,8 +192,10 @@ def measure(device, calls):
     inputs = {k: v for k, v in tensors.items() if k not in ("q", "swa_cache", "out", "lse")}
     q, cache, out, lse = tensors["q"], tensors["swa_cache"], tensors["out"], tensors["lse"]
     floor, keep = ctypes_floor(plan, tensors)
-    parts_out, parts_lse = torch.stack([out, out]), torch.stack([lse, lse])
-    merged_out, merged_lse = torch.empty_like(out), torch.empty_like(lse)
+    tokens = B * S_Q  # the merge's [P, T, H, 512]
+    parts_out = torch.stack([out, out]).view(2, tokens, HEADS, D)
+    parts_lse = torch.stack([lse, lse]).view(2, tokens, HEADS)
+    merged_out, merged_lse = torch.empty_like(parts_out[0]), torch.empty_like(parts_lse[0])
     cases = {
         "ctypes_floor": floor,
         "plan_run": lambda: plan.run(**tensors),

@@ -214,8 +214,22 @@ def _merge_call(out_parts, lse_parts, attn_sink, out, lse):
         out = torch.empty(out_parts.shape[1:], dtype=torch.bfloat16, device=out_parts.device)
     if lse is None:
         lse = torch.empty(lse_parts.shape[1:], dtype=torch.float32, device=lse_parts.device)
+    args = (out_parts, lse_parts, attn_sink, out, lse)
+    if out_parts.dim() > 4:  # [P, ..., H, 512]: the token dimensions as one, dsv4_merge's T
+        args = (out_parts.flatten(1, -3), lse_parts.flatten(1, -2), attn_sink,
+                _tokens_view(out, 2, "out"), _tokens_view(lse, 1, "lse"))
     if not HAS_CUSTOM_OP or _eager(out_parts):
-        _merge(out_parts, lse_parts, attn_sink, out, lse)
+        _merge(*args)
     else:
-        _merge_op(out_parts, lse_parts, attn_sink, out, lse)
+        _merge_op(*args)
     return out, lse
+
+
+def _tokens_view(tensor, inner, name):
+    """An output's leading (token) dimensions as one, keeping its `inner` last ones: a view,
+    since the merge writes it in place."""
+    try:
+        return tensor.view((-1,) + tuple(tensor.shape[tensor.dim() - inner:]))
+    except RuntimeError as error:
+        raise ValueError("%s: its token dimensions cannot be viewed as one (%s)" %
+                         (name, error)) from None

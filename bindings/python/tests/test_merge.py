@@ -171,6 +171,23 @@ class MergeTest(unittest.TestCase):
                 self.assertTrue(torch.equal(fast[0], general[0]), what)
                 self.assertTrue(torch.equal(fast[1], general[1]), what)
 
+    def test_token_dimensions_are_flattened(self):
+        # [P, B, S, H, 512] parts (as runs of [B, S, H, 512] give them) merge as [P, B*S, H, 512].
+        gen = torch.Generator().manual_seed(cases.seed(370))
+        for device in DEVICES:
+            out_parts = torch.randn(3, 2, 3, 4, 512, generator=gen).to(device)
+            lse_parts = torch.randn(3, 2, 3, 4, generator=gen).to(device)
+            sink = torch.randn(4, generator=gen).to(device)
+            out, lse = dt.merge(out_parts, lse_parts, attn_sink=sink)
+            flat_out, flat_lse = dt.merge(out_parts.view(3, 6, 4, 512), lse_parts.view(3, 6, 4),
+                                          attn_sink=sink)
+            self.assertEqual(tuple(out.shape), (2, 3, 4, 512))
+            self.assertTrue(torch.equal(out.view(6, 4, 512), flat_out), device)
+            self.assertTrue(torch.equal(lse.view(6, 4), flat_lse), device)
+            given = torch.empty(3, 2, 4, 512, dtype=torch.bfloat16, device=device).transpose(0, 1)
+            with self.assertRaisesRegex(ValueError, "out"):  # cannot be a view of [6, 4, 512]
+                dt.merge(out_parts, lse_parts, out=given)
+
     def test_bad_input_names_the_argument(self):
         out_parts = torch.zeros(2, 3, 4, 512, dtype=torch.bfloat16)
         lse_parts = torch.zeros(2, 3, 4)
