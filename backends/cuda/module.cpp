@@ -197,6 +197,7 @@ dsv4_status size_plan(plan* p) {
     f.family_ok[id] = k.serves(f.cc_major, f.head_dim_qk, f.layout[0], f.layout[1]) && k.compiled();
   }
   f.batch_invariant = (o.flags & DSV4_PLAN_FLAG_BATCH_INVARIANT) != 0;
+  f.max_tokens = o.max_tokens;
   f.smem_bytes = [](const kernel_config& c) { return kernel_family_of(c.family).smem_bytes(c); };
   run_planner& rp = p->planner;
   if (!plan_tilings(f, knobs, &rp, &p->chunk_keys, p->chunks, error, sizeof error))

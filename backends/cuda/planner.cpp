@@ -61,12 +61,14 @@ tiling choose_tiling(const run_planner& p, int64_t tokens, bool sm90_ok, split_p
   if (sm90_ok && p.force_sm90_narrow > 0 && p.sm90_narrow[p.force_sm90_narrow - 1].head_tiles != 0)
     forced = &p.sm90_narrow[p.force_sm90_narrow - 1];
   if (p.batch_invariant) {
-    // The plan's tiling for its head count (or the one kernel= forces), one key split: a token's
-    // sums then run over its chunks in one order, in one CTA shape, whatever else the run holds.
-    // Splits of a fixed size would cost their partials and combine at every batch size; one split
-    // costs nothing where runs fill the device and gives up the split runs' speed on few tokens.
-    *splits = split_plan{1, std::max(1, p.total_chunks), 0.0, true};
-    return forced != nullptr ? *forced : wide;
+    // The plan's tiling for its head count (or the one kernel= forces) and the key splits its
+    // largest run takes: a token's sums then run over the same chunk ranges (set by the list
+    // widths), in one CTA shape, merged in split order, whatever else the run holds. Plans of
+    // many tokens get one split, which costs nothing where runs fill the device; plans of few
+    // tokens keep the split runs' speed at every batch size up to theirs.
+    const tiling& t = forced != nullptr ? *forced : wide;
+    *splits = choose_splits(p, t, p.max_tokens);
+    return t;
   }
   if (forced != nullptr) {
     *splits = choose_splits(p, *forced, tokens);
@@ -348,6 +350,7 @@ bool plan_tilings(const plan_facts& f, const force_knobs& knobs, run_planner* ou
   rp.num_heads = f.num_heads;
   rp.total_chunks = chunks[0] + chunks[1];
   rp.batch_invariant = f.batch_invariant;
+  rp.max_tokens = std::max<int64_t>(1, f.max_tokens);
   rp.wide = mma_tiles(mma.head_tiles, f.num_heads, false);
   rp.wide.config = mma;
   if (mma.head_tiles == kMaxHeadTiles && mma.chunk == kChunkKeys) {

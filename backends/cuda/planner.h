@@ -88,9 +88,11 @@ struct run_planner {
   // order= (A/B runs, tests): -1 = "0" (tokens never reordered), 1 = "1" (every run that can be),
   // 0 = the model (order_tokens).
   int order = 0;
-  // DSV4_PLAN_FLAG_BATCH_INVARIANT: every run takes the plan's widest tiling with one key split,
-  // so that a token's reduction order is the same whatever else the run holds.
+  // DSV4_PLAN_FLAG_BATCH_INVARIANT: every run takes the plan's widest tiling and the key splits
+  // of the plan's largest run (max_tokens tokens), so that a token's reduction order is the same
+  // whatever else the run holds.
   bool batch_invariant = false;
+  int64_t max_tokens = 1;  // the plan's max_tokens
 };
 
 // What the device and the plan are, for the tilings (module.cpp fills it from the context, the
@@ -107,6 +109,7 @@ struct plan_facts {
   // image holds its machine code (kernel_family::serves and compiled).
   bool family_ok[kFamilies] = {false, false, false};
   bool batch_invariant = false;
+  int64_t max_tokens = 1;
   // The dynamic shared memory of a kernel configuration (the kernel table's smem_bytes hook).
   size_t (*smem_bytes)(const kernel_config& c) = nullptr;
 };

@@ -202,55 +202,73 @@ TEST(CudaPlanner, WithoutHopperKernels) {
 }
 
 // DSV4_PLAN_FLAG_BATCH_INVARIANT: every run of a plan takes the same tiling (the one for its head
-// count, or the forced one) and one key split, whatever its token count, lengths or Q, so that a
-// token's reduction order never depends on the batch; no run needs partials. (The results
-// themselves, bit for bit, are the device-agnostic batch-invariance test's to check on a GPU.)
+// count, or the forced one) and the same key splits, those of the plan's largest run (max_tokens),
+// whatever its token count, lengths or Q, so that a token's reduction order never depends on the
+// batch; the workspace holds the partials of the largest run. (The results themselves, bit for
+// bit, are the device-agnostic batch-invariance test's to check on a GPU.)
 TEST(CudaPlanner, BatchInvariantPlansFixTheirTilingAndSplits) {
   for (int heads : {1, 8, 13, 16, 24, 32, 40, 64, 100, 128})
     for (uint32_t layout : {kFp8, kBf16})
       for (int chunks : {1, 3, 10, 18, 33})
         for (bool hopper : {false, true})
-          for (int knob = 0; knob < 6; ++knob) {
-            run_planner p = make_planner(heads, chunks, layout, hopper);
-            p.batch_invariant = true;
-            p.sm90.resident[0] = p.sm90.resident[1] = 132;
-            if (knob == 1) p.force_sm90_narrow = 1;
-            if (knob == 2) p.force_sm90_narrow = 2;
-            if (knob == 3) p.force_sm90_narrow = -1;
-            if (knob == 4) p.min_splits = 4;
-            if (knob == 5) p.max_splits = 3;
-            EXPECT_EQ(max_partial_rows(p, 5000), 0u);
-            for (bool sm90_ok : {false, true}) {
-              SCOPED_TRACE("heads " + std::to_string(heads) + " layout " + std::to_string(layout) +
-                           " chunks " + std::to_string(chunks) + " hopper " +
-                           std::to_string(hopper) + " knob " + std::to_string(knob) + " sm90_ok " +
-                           std::to_string(sm90_ok));
-              run_facts f;
-              f.sm90_ok = sm90_ok;
-              f.tokens = 1;
-              const run_choice first = choose_run(p, f);
-              const tiling& expected = sm90_ok && p.force_sm90_narrow > 0 && hopper && heads > 32
-                                           ? p.sm90_narrow[p.force_sm90_narrow - 1]
-                                       : sm90_ok && hopper ? p.sm90
-                                                           : p.wide;
-              EXPECT_EQ(describe(first.tl, first.splits), describe(expected, first.splits));
-              for (int64_t t = 1; t <= 5000; t += t < 80 ? 1 : 97) {
-                for (bool uniform : {false, true}) {
-                  f.tokens = t;
-                  f.uniform = uniform;
-                  const run_choice r = choose_run(p, f);
-                  ASSERT_EQ(r.splits.splits, 1) << t;
-                  ASSERT_EQ(describe(r.tl, r.splits), describe(first.tl, first.splits)) << t;
+          for (int64_t max_tokens : {1, 4, 40, 5000})
+            for (int knob = 0; knob < 6; ++knob) {
+              run_planner p = make_planner(heads, chunks, layout, hopper);
+              p.batch_invariant = true;
+              p.max_tokens = max_tokens;
+              p.sm90.resident[0] = p.sm90.resident[1] = 132;
+              if (knob == 1) p.force_sm90_narrow = 1;
+              if (knob == 2) p.force_sm90_narrow = 2;
+              if (knob == 3) p.force_sm90_narrow = -1;
+              if (knob == 4) p.min_splits = 4;
+              if (knob == 5) p.max_splits = 3;
+              size_t rows = 0;
+              for (bool sm90_ok : {false, true}) {
+                SCOPED_TRACE("heads " + std::to_string(heads) + " layout " +
+                             std::to_string(layout) + " chunks " + std::to_string(chunks) +
+                             " hopper " + std::to_string(hopper) + " max_tokens " +
+                             std::to_string(max_tokens) + " knob " + std::to_string(knob) +
+                             " sm90_ok " + std::to_string(sm90_ok));
+                run_facts f;
+                f.sm90_ok = sm90_ok;
+                f.tokens = max_tokens;
+                const run_choice largest = choose_run(p, f);
+                const tiling& expected = sm90_ok && p.force_sm90_narrow > 0 && hopper && heads > 32
+                                             ? p.sm90_narrow[p.force_sm90_narrow - 1]
+                                         : sm90_ok && hopper ? p.sm90
+                                                             : p.wide;
+                EXPECT_EQ(describe(largest.tl, largest.splits),
+                          describe(expected, choose_splits(p, expected, max_tokens)));
+                if (max_tokens == 5000) {
+                  EXPECT_EQ(largest.splits.splits, 1);
+                }
+                if (largest.splits.splits > 1) {
+                  rows = std::max(rows, static_cast<size_t>(max_tokens * largest.splits.splits));
+                }
+                for (int64_t t = 1; t <= max_tokens; t += t < 80 ? 1 : 97) {
+                  for (bool uniform : {false, true}) {
+                    f.tokens = t;
+                    f.uniform = uniform;
+                    const run_choice r = choose_run(p, f);
+                    ASSERT_EQ(describe(r.tl, r.splits), describe(largest.tl, largest.splits)) << t;
+                    ASSERT_EQ(r.splits.chunks_per_split, largest.splits.chunks_per_split) << t;
+                  }
                 }
               }
+              EXPECT_EQ(max_partial_rows(p, max_tokens), rows);
             }
-          }
-  // The flag off keeps the batch-dependent choices (CONFIG1: 32-head split tiles at b=2).
+  // The flag off keeps the batch-dependent choices (CONFIG1: 32-head split tiles at b=2); a plan
+  // for b = 2 keeps its splits on the wgmma tiles, one for b >= 64 takes one split.
   run_planner p = make_planner(64, 10, kFp8, true);
   EXPECT_EQ(pick(p, 4), "sm90-mma h32 x10");
   p.batch_invariant = true;
+  p.max_tokens = 4;
+  EXPECT_EQ(pick(p, 1).rfind("wgmma h64 x", 0), 0u);
+  EXPECT_NE(pick(p, 4), "wgmma h64 x1");
+  EXPECT_EQ(pick(p, 1), pick(p, 4));
+  p.max_tokens = 128;
   EXPECT_EQ(pick(p, 4), "wgmma h64 x1");
-  EXPECT_EQ(pick(p, 512), "wgmma h64 x1");
+  EXPECT_EQ(pick(p, 128), "wgmma h64 x1");
 }
 
 // Persistent small-head CTAs (choose_run): 16-head tiles of staged FP8 rows, one split, from three
