@@ -43,6 +43,9 @@
 // dsv4_bench_cuda --list_torch_shapes prints the shapes torch_baseline.py should time (no GPU
 // needed). Environment: DSV4_BENCH_FLUSH=memset|read|none, DSV4_COMMIT (the JSON's commit),
 // DSV4_BENCH_INVARIANT=0 (no batch-invariant plans: only the default mode's runs, for profilers),
+// DSV4_BENCH_INVARIANT_MAX_TOKENS=N (batch-invariant plans sized for max(N, the case's tokens):
+// what an engine pays at each batch size when one plan serves batches of up to N tokens; a
+// batch-invariant plan takes the key splits of its largest run),
 // DSV4_BENCH_FORCE=keys (DSV4_CUDA_FORCE keys added to every case's plans, for A/B runs),
 // DSV4_TRACE_OUT=FILE (with a module built with -DDSV4_SM90_TRACE: the timeline of the last
 // Hopper launch, scripts/gpu/trace_sm90.py reads it). Exits 77 where no GPU is usable.
@@ -281,6 +284,7 @@ struct suite {
   std::string device_name;
   std::map<std::string, double> torch_us;  // "cache tokens heads keys" -> µs (L2 flushed)
   bool invariant = true;                   // time DSV4_PLAN_FLAG_BATCH_INVARIANT side by side
+  int64_t invariant_max_tokens = 0;        // DSV4_BENCH_INVARIANT_MAX_TOKENS
   // The case being timed, kept for its repetitions (one case's buffers on the GPU at a time);
   // released before the context.
   std::unique_ptr<prepared_attention> attention;
@@ -371,6 +375,7 @@ std::unique_ptr<prepared_attention> prepare_attention(const bench_case& c) {
   check(dsv4cudatest::create_plan(g_suite->ctx.get(), o, c.force, false, &p->plan), "plan");
   dsv4_plan_options oi = o;
   oi.flags |= DSV4_PLAN_FLAG_BATCH_INVARIANT;
+  oi.max_tokens = static_cast<int32_t>(std::max<int64_t>(T, g_suite->invariant_max_tokens));
   if (g_suite->invariant) {
     const dsv4_status inv =
         dsv4cudatest::create_plan(g_suite->ctx.get(), oi, c.force, false, &p->invariant);
@@ -645,6 +650,8 @@ int main(int argc, char** argv) {
     if (!torch_csv.empty()) s.torch_us = read_torch_csv(torch_csv);
     const char* invariant = std::getenv("DSV4_BENCH_INVARIANT");
     s.invariant = invariant == nullptr || std::string(invariant) != "0";
+    if (const char* n = std::getenv("DSV4_BENCH_INVARIANT_MAX_TOKENS"))
+      s.invariant_max_tokens = std::min<int64_t>(std::max(0L, std::atol(n)), 1 << 20);
     cudaDeviceProp prop;
     DSV4_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     s.device_name = prop.name;

@@ -358,13 +358,14 @@ def portable_section(context, results):
 
 
 def cuda_series(results):
-    """{config: {batch: Result}} of the FP8 decode cases and {heads: {batch: µs}} of the head counts."""
+    """{config: {batch: Result}} of the FP8 decode cases and {heads: {batch: µs}} of CONFIG1's head
+    counts."""
     decode, heads = {}, {}
     for r in results:
         group = cuda_group(r)
         if group[0] == 0:
             decode.setdefault(group[3], {})[r.param("b")] = r
-        elif group[0] == 1:
+        elif group[0] == 1 and group[3] == "CONFIG1":  # (CONFIG2/heads:64 is a TP rank's case)
             heads.setdefault(r.param("heads"), {})[r.param("b")] = r.us
     if 64 not in heads and "CONFIG1" in decode:
         heads[64] = {b: r.us for b, r in decode["CONFIG1"].items()}
