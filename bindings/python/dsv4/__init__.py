@@ -11,6 +11,7 @@ __array_interface__, CPU DLPack producers). Every failing call raises Dsv4Error.
 """
 import ctypes
 import dataclasses
+import functools
 import itertools
 import sys
 import threading
@@ -338,20 +339,18 @@ def _new_args(cls, init_function):
     return cls.from_buffer_copy(template)
 
 
-def _fill_run_args(call, args, tensors):
+def _fill_args(call, args, tensors, names, outputs):
+    """Sets the struct's tensor fields from `tensors` (names checked against `names`; those in
+    `outputs` must be writable)."""
     for name, value in tensors.items():
-        if name not in _RUN_TENSORS:
+        if name not in names:
             raise TypeError("unknown tensor argument %r" % name)
         if value is not None:
-            setattr(args, name, call.pointer(name, value, name in _RUN_OUTPUTS))
+            setattr(args, name, call.pointer(name, value, name in outputs))
 
 
-def _fill_merge_args(call, args, tensors):
-    for name, value in tensors.items():
-        if name not in _MERGE_TENSORS:
-            raise TypeError("unknown tensor argument %r" % name)
-        if value is not None:
-            setattr(args, name, call.pointer(name, value, name in _MERGE_OUTPUTS))
+_fill_run_args = functools.partial(_fill_args, names=_RUN_TENSORS, outputs=_RUN_OUTPUTS)
+_fill_merge_args = functools.partial(_fill_args, names=_MERGE_TENSORS, outputs=_MERGE_OUTPUTS)
 
 
 class _TorchFastPath:
@@ -626,10 +625,10 @@ def export_indices(plan, format=ExportFormat.FLASHMLA, stream=None, **tensors):
 
 
 def merge(ctx, stream=None, **tensors):
-    """dsv4_merge (spec 12.2): out / lse of the union of P disjoint key sets from their partial
-    results out_parts [P, ..., H, 512] and lse_parts [P, ..., H] (computed without the sink),
-    applying attn_sink [H] (optional) once. Keywords are dsv4_merge_args names; stream as in
-    Plan.run."""
+    """dsv4_merge (spec 12.2): out [T, H, 512] / lse [T, H] of the union of P disjoint key sets
+    from their partial results out_parts [P, T, H, 512] and lse_parts [P, T, H] (computed without
+    the sink), applying attn_sink [H] (optional) once (dsv4.torch.merge also takes other token
+    dimensions). Keywords are dsv4_merge_args names; stream as in Plan.run."""
     ctx._merge(tensors, stream)
 
 
