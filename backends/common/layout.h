@@ -2,6 +2,7 @@
 // data and scales live inside a block, block geometry, row dequantisation and the vLLM quantiser.
 #pragma once
 
+#include <math.h>
 #include <stdint.h>
 
 #include "codec.h"
@@ -31,6 +32,32 @@ DSV4_HD bool layout_is_known(uint32_t layout) {
 }
 
 // Layouts whose entries hold FP8 bytes (the only ones DSV4_KV_CACHE_FLAG_FP8_FNUZ applies to).
+// The per-tensor FP8 layout's raw e4m3 values times the cache's kv_scale are its true values
+// (spec 3.4: out = kv_scale x sum_j softmax_j x v8_j); every other layout dequantises to true
+// values.
+DSV4_HD float layout_value_multiplier(uint32_t layout, float kv_scale) {
+  return layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR ? kv_scale : 1.0f;
+}
+
+// How every backend applies the lists' value multipliers: one factor `out` on each output row, in
+// fp32, and a weight per list on P. The main list's multiplier is `out`, so lists that share one
+// kv_scale (or a run of one list) weight P by exactly 1 and P carries no scale into the bf16
+// rounding of the tensor-core and bf16 kernels: folded into P there, kv_scale cost up to 2^-8 of a
+// row's output where one key dominates, beyond spec 2.4's tolerances. An extra list of another
+// scale weights P by its ratio to the main list's.
+struct value_scales_split {
+  float out;
+  float weight[2];  // [0] main list, [1] extra list
+};
+DSV4_HD value_scales_split split_value_scales(float main_multiplier, float extra_multiplier) {
+  value_scales_split v;
+  const bool usable = main_multiplier > 0.0f && main_multiplier < INFINITY;
+  v.out = usable ? main_multiplier : 1.0f;
+  v.weight[0] = main_multiplier / v.out;
+  v.weight[1] = extra_multiplier / v.out;
+  return v;
+}
+
 DSV4_HD bool layout_is_fp8(uint32_t layout) {
   return layout == DSV4_KV_LAYOUT_FP8_V4_584B || layout == DSV4_KV_LAYOUT_FP8_V32_656B ||
          layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;

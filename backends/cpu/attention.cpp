@@ -96,10 +96,8 @@ DSV4_CPU_CLONES void tile_values(const float* p, int64_t ld, const float* keys, 
 
 bool dtype_is_fp8(const dsv4_dtype& t) { return t.code == DSV4_DTYPE_CODE_FLOAT8_E4M3FN; }
 
-// Raw cache values of the per-tensor FP8 layout are multiplied by kv_scale; other layouts
-// dequantise to true values.
 float value_multiplier(const dsv4_mod_cache& c) {
-  return c.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR ? c.kv_scale : 1.0f;
+  return layout_value_multiplier(c.layout, c.kv_scale);
 }
 
 }  // namespace
@@ -213,14 +211,13 @@ value_scales value_scales_of(const dsv4_mod_plan& plan, const dsv4_mod_run& run)
   const bool has_extra =
       run.extra_list.indices != nullptr && run.extra_cache.layout != DSV4_KV_LAYOUT_NONE;
   const float extra_mult = has_extra ? value_multiplier(run.extra_cache) : swa_mult;
+  const value_scales_split split = split_value_scales(swa_mult, extra_mult);
   value_scales v;
-  // One common multiplier is folded into the output (as the fused FP8 kernels do); mixed caches
-  // weight each row instead.
-  v.out = swa_mult == extra_mult ? swa_mult : 1.0f;
+  v.out = split.out;
   v.logit[0] = plan.logit_scale[0];
   v.logit[1] = has_extra ? plan.logit_scale[1] : plan.logit_scale[0];
-  v.weight[0] = swa_mult / v.out;
-  v.weight[1] = extra_mult / v.out;
+  v.weight[0] = split.weight[0];
+  v.weight[1] = split.weight[1];
   return v;
 }
 

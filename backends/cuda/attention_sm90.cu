@@ -535,8 +535,8 @@ __device__ __forceinline__ int consumer0_item(const attention_params& p, const c
     fin.m[row0 + 8] = m_run[1];
     fin.l[row0] = l_run[0];
     fin.l[row0 + 8] = l_run[1];
-    fin.f[row0] = row_output_factor_sink(fin.sink[row0], m_run[0], l_run[0]);
-    fin.f[row0 + 8] = row_output_factor_sink(fin.sink[row0 + 8], m_run[1], l_run[1]);
+    fin.f[row0] = row_output_factor_sink(fin.sink[row0], m_run[0], l_run[0], p.out_scale);
+    fin.f[row0 + 8] = row_output_factor_sink(fin.sink[row0 + 8], m_run[1], l_run[1], p.out_scale);
   }
   epilogue<kSplit, !kPersistent>(p, item_state<kPersistent>(p, st0, k), k, 0, tid, row0, tig, o);
   if (tid == 0) {

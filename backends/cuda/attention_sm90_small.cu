@@ -345,7 +345,7 @@ __device__ __forceinline__ int small_consumer_mma(const attention_params& p, con
       for (int h = 0; h < 2; ++h) {
         const int r = 16 * mt + g + 8 * h;
         const float l = row_sum(r);
-        const float factor = row_output_factor_sink(sink[r], m_run[mt][h], l);
+        const float factor = row_output_factor_sink(sink[r], m_run[mt][h], l, p.out_scale);
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
           *reinterpret_cast<uint32_t*>(stage + r * kStageStride +
@@ -560,7 +560,7 @@ __device__ __forceinline__ int small_consumer_h8(const attention_params& p, cons
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int hd = 2 * tig + e;
-      const float factor = row_output_factor_sink(sink[hd], m_run[e], lsum[e]);
+      const float factor = row_output_factor_sink(sink[hd], m_run[e], lsum[e], p.out_scale);
       __nv_bfloat16* srow =
           reinterpret_cast<__nv_bfloat16*>(stage + hd * kStageStride) + 128 * warp + g;
 #pragma unroll
@@ -795,7 +795,7 @@ __device__ __forceinline__ int small_consumer_wgmma(const attention_params& p, c
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int hd = 8 * j + 2 * tig + e;
-        const float factor = row_output_factor_sink(sink[hd], m_run[j][e], lsum[j][e]);
+        const float factor = row_output_factor_sink(sink[hd], m_run[j][e], lsum[j][e], p.out_scale);
 #pragma unroll
         for (int mb = 0; mb < 8; ++mb)
 #pragma unroll

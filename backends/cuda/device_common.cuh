@@ -294,13 +294,15 @@ __device__ __forceinline__ int32_t list_count(const attention_params& p, int64_t
 // Finishing a (token, head) row: every attention kernel and the split combine end the same way.
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Factor for the unnormalised O of a row from its running max m (log2 domain), sum l and its
-// head's sink logit (-inf: no sink, factor 1 / l exactly); 0 for an empty row (no valid key).
-__device__ __forceinline__ float row_output_factor_sink(float sink, float m, float l) {
+// Factor for the unnormalised O of a row from its running max m (log2 domain), sum l, its head's
+// sink logit (-inf: no sink, factor 1 / l exactly) and the run's common value factor
+// (attention_params::out_scale); 0 for an empty row (no valid key).
+__device__ __forceinline__ float row_output_factor_sink(float sink, float m, float l,
+                                                        float out_scale) {
   if (l == 0.0f) return 0.0f;
   const float lse = (m + log2f(l)) * kLn2;
   const float sink_factor = 1.0f / (1.0f + expf(sink - lse));
-  return sink_factor / l;
+  return sink_factor / l * out_scale;
 }
 // The sink logit of head h (-inf without sinks).
 __device__ __forceinline__ float head_sink(const attention_params& p, int h) {
@@ -314,7 +316,7 @@ __device__ __forceinline__ float tile_head_sink(const attention_params& p, int h
 __device__ __forceinline__ float row_output_factor(const attention_params& p, int h, float m,
                                                    float l) {
   if (h >= p.num_heads) return 0.0f;
-  return row_output_factor_sink(head_sink(p, h), m, l);
+  return row_output_factor_sink(head_sink(p, h), m, l, p.out_scale);
 }
 
 // Split partials of O (attention_params::partial_o) keep each row's dims in 16-dim groups of four

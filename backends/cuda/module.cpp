@@ -242,10 +242,6 @@ bool aligned16(const dsv4_mod_cache& c) {
          (reinterpret_cast<uintptr_t>(c.base) % 16 == 0 && c.block_stride_bytes % 16 == 0);
 }
 
-float cache_value_scale(const dsv4_mod_cache& c) {
-  return c.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR ? c.kv_scale : 1.0f;
-}
-
 dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   const dsv4_mod_plan& o = p.mod;
   if (run.num_tokens <= 0) return DSV4_STATUS_OK;
@@ -286,13 +282,20 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   a.aligned16 = caches_aligned ? 1 : 0;
   a.stream_rows = rows_read_once(run.num_tokens, a.seq_q, p.width, a.cache) ? 1 : 0;
   const float q_scale = a.q_is_fp8 ? o.q_scale : 1.0f;
+  float multiplier[2];
   for (int i = 0; i < 2; ++i) {
-    a.value_scale[i] = cache_value_scale(a.cache[i]);
+    multiplier[i] = layout_value_multiplier(a.cache[i].layout, a.cache[i].kv_scale);
     // Positive even where the product underflows: the Hopper softmax scales its maxima and logits
     // by it (0 * -inf would be NaN there).
     a.logit_scale_log2[i] =
-        std::max(o.softmax_scale * q_scale * a.value_scale[i] * 1.4426950408889634f, FLT_MIN);
+        std::max(o.softmax_scale * q_scale * multiplier[i] * 1.4426950408889634f, FLT_MIN);
   }
+  const bool has_extra = a.cache[1].base != nullptr && a.cache[1].layout != DSV4_KV_LAYOUT_NONE;
+  const value_scales_split values =
+      split_value_scales(multiplier[0], has_extra ? multiplier[1] : multiplier[0]);
+  a.out_scale = values.out;
+  a.value_scale[0] = values.weight[0];
+  a.value_scale[1] = values.weight[1];
   a.stage_bytes = static_cast<int32_t>(p.stage_bytes);
   a.q_aligned16 = !a.q_is_fp8 && reinterpret_cast<uintptr_t>(run.q.data) % 16 == 0 &&
                   run.q.stride_b % 8 == 0 && run.q.stride_s % 8 == 0 && run.q.stride_h % 8 == 0;

@@ -255,7 +255,8 @@ __global__ void DSV4_KERNEL_BOUNDS(kMfmaThreads) attention_mfma_kernel(const att
     const bool stats = part == 0 && lane % 16 == 0;
     if (p.num_splits == 1) {
       float f = 0.0f;
-      if (!empty) f = (p.attn_sink != nullptr ? sink_factor(p.attn_sink[h], lse) : 1.0f) / l;
+      if (!empty)
+        f = (p.attn_sink != nullptr ? sink_factor(p.attn_sink[h], lse) : 1.0f) / l * p.out_scale;
       const int64_t off = token_offset(p.out, t, p.seq_q, h) + part * S::kPvTiles * 16 + lane % 16;
 #pragma unroll
       for (int n = 0; n < S::kPvTiles; ++n) {
@@ -276,7 +277,7 @@ __global__ void DSV4_KERNEL_BOUNDS(kMfmaThreads) attention_mfma_kernel(const att
         float* dst = p.partial_o + prow * kHeadDim;
 #pragma unroll
         for (int n = 0; n < S::kPvTiles; ++n)
-          dst[(part * S::kPvTiles + n) * 16 + lane % 16] = o[n][i] / l;
+          dst[(part * S::kPvTiles + n) * 16 + lane % 16] = o[n][i] / l * p.out_scale;
       }
       if (stats) {
         p.partial_lse[prow] = lse;

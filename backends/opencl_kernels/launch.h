@@ -241,18 +241,18 @@ inline void plan_run(const dsv4_mod_plan& plan, const dsv4_mod_run& run, launch_
     }
   }
   // Per-tensor FP8 caches keep raw e4m3 rows: kv_scale scales the logits (the plan's
-  // logit_scale) and the values, once on the output where both lists share it.
-  auto value_mult = [](const dsv4_mod_cache& c) {
-    return c.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR ? c.kv_scale : 1.0f;
-  };
+  // logit_scale) and the values (split_value_scales: on the output, P weighted per list).
   const bool has_extra = a.list[1].present != 0 && run.extra_cache.layout != DSV4_KV_LAYOUT_NONE;
-  const float mult[2] = {value_mult(run.swa_cache),
-                         has_extra ? value_mult(run.extra_cache) : value_mult(run.swa_cache)};
-  a.out_scale = mult[0] == mult[1] ? mult[0] : 1.0f;
+  const float main_mult = layout_value_multiplier(run.swa_cache.layout, run.swa_cache.kv_scale);
+  const value_scales_split split = split_value_scales(
+      main_mult, has_extra
+                     ? layout_value_multiplier(run.extra_cache.layout, run.extra_cache.kv_scale)
+                     : main_mult);
+  a.out_scale = split.out;
   a.logit_scale[0] = plan.logit_scale[0];
   a.logit_scale[1] = has_extra ? plan.logit_scale[1] : plan.logit_scale[0];
-  a.weight[0] = mult[0] / a.out_scale;
-  a.weight[1] = mult[1] / a.out_scale;
+  a.weight[0] = split.weight[0];
+  a.weight[1] = split.weight[1];
 
   launch& k = out->add(kAttention, ph);
   k.groups[0] = static_cast<size_t>((plan.num_heads + DSV4_CL_HEAD_TILE - 1) / DSV4_CL_HEAD_TILE);

@@ -72,6 +72,7 @@ struct CaseSpec {
   bool all_invalid = false;    // some tokens' lists hold only invalid values
   bool inject_invalid = true;  // invalid values at random positions inside the lengths
   int block_pad_bytes = 0;     // padded block stride
+  float kv_scale[2] = {0, 0};  // per-tensor FP8: the main / extra cache's kv_scale (0: random)
   ScopeSpec main;
   bool extra = false;
   ScopeSpec extra_scope;
@@ -364,6 +365,8 @@ struct Problem {
   if (c.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR) {
     p->main.kv_scale = static_cast<float>(rng.uniform(0.003, 0.006));
     p->extra.kv_scale = static_cast<float>(rng.uniform(0.003, 0.006));
+    if (c.kv_scale[0] > 0.0f) p->main.kv_scale = c.kv_scale[0];
+    if (c.kv_scale[1] > 0.0f) p->extra.kv_scale = c.kv_scale[1];
   }
   generate_lists(c, rng, &p->main);
   auto r = build_cache(dev, ctx, c, rng, &p->main);
@@ -921,6 +924,22 @@ std::vector<CaseSpec> decode_cases() {
       c.extra = true;
       c.extra_scope = scope(full ? 4096 : 1024, 512, 64, Lengths::kPerBatchRow);
       c.sink = Sink::kFinite;
+      v.push_back(c);
+    }
+    if (layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR) {
+      // One key per token in each list, the main cache at a kv_scale whose bf16 rounding is the
+      // worst (2^-8 (1 + 2^-8) rounds 0.39 % down), the extra cache at twice it: spec 3.4's value
+      // scale folded into a bf16 P instead of the output (or, for the extra list, its ratio to the
+      // main's) shifts every row by that much, a cosine difference of ~7.6e-6 (tolerance 5e-6).
+      CaseSpec c = decode_case("decode_" + tag + "_one_key", layout, 64, 4, 2);
+      c.main = scope(256, 1, 64, Lengths::kNone);
+      c.extra = true;
+      c.extra_scope = scope(128, 1, 61, Lengths::kNone);
+      c.varlen = false;
+      c.inject_invalid = false;
+      c.sink = Sink::kFinite;
+      c.kv_scale[0] = 0x1.01p-8f;
+      c.kv_scale[1] = 0x1.01p-7f;
       v.push_back(c);
     }
     {  // CSR lists for both scopes
