@@ -711,7 +711,9 @@ void run_item(const fast_job& job, int64_t item, int worker) {
     std::memset(acc, 0, sizeof(float) * kHeadDim);
     for (int sp = 0; sp < job.splits; ++sp) {
       const float* st = base + (static_cast<size_t>(sp) * rows_cap + r) * kState;
-      if (st[0] == -kInf) continue;  // this split saw no key of the row
+      // A split that saw no key of the row adds nothing. One whose only keys were NaN rows kept
+      // its max at -inf (max ignores NaN) but a NaN sum: it must still carry the NaN (spec 2.3).
+      if (st[0] == -kInf && st[1] == 0.0f) continue;
       const float w = std::exp(st[0] - m);
       sum += st[1] * w;
       for (int d = 0; d < kHeadDim; ++d) acc[d] += st[2 + d] * w;
