@@ -57,6 +57,13 @@ DSV4_HD value_scales_split split_value_scales(float main_multiplier, float extra
   v.weight[1] = extra_multiplier / v.out;
   return v;
 }
+// The same from the caches' layouts and kv_scales. The extra weight is read only for an extra
+// list's keys, so an absent extra cache (layout NONE, multiplier 1) needs no case of its own.
+DSV4_HD value_scales_split split_value_scales(uint32_t main_layout, float main_kv_scale,
+                                              uint32_t extra_layout, float extra_kv_scale) {
+  return split_value_scales(layout_value_multiplier(main_layout, main_kv_scale),
+                            layout_value_multiplier(extra_layout, extra_kv_scale));
+}
 
 DSV4_HD bool layout_is_fp8(uint32_t layout) {
   return layout == DSV4_KV_LAYOUT_FP8_V4_584B || layout == DSV4_KV_LAYOUT_FP8_V32_656B ||

@@ -96,10 +96,6 @@ DSV4_CPU_CLONES void tile_values(const float* p, int64_t ld, const float* keys, 
 
 bool dtype_is_fp8(const dsv4_dtype& t) { return t.code == DSV4_DTYPE_CODE_FLOAT8_E4M3FN; }
 
-float value_multiplier(const dsv4_mod_cache& c) {
-  return layout_value_multiplier(c.layout, c.kv_scale);
-}
-
 }  // namespace
 
 attention_kernel::attention_kernel(const dsv4_mod_plan& plan, candidate_limits limits,
@@ -207,17 +203,14 @@ dsv4_status check_explicit_run(const dsv4_mod_plan& plan, candidate_limits limit
 }
 
 value_scales value_scales_of(const dsv4_mod_plan& plan, const dsv4_mod_run& run) {
-  const float swa_mult = value_multiplier(run.swa_cache);
   const bool has_extra =
       run.extra_list.indices != nullptr && run.extra_cache.layout != DSV4_KV_LAYOUT_NONE;
-  const float extra_mult = has_extra ? value_multiplier(run.extra_cache) : swa_mult;
-  const value_scales_split split = split_value_scales(swa_mult, extra_mult);
   value_scales v;
-  v.out = split.out;
+  static_cast<value_scales_split&>(v) =
+      split_value_scales(run.swa_cache.layout, run.swa_cache.kv_scale, run.extra_cache.layout,
+                         run.extra_cache.kv_scale);
   v.logit[0] = plan.logit_scale[0];
   v.logit[1] = has_extra ? plan.logit_scale[1] : plan.logit_scale[0];
-  v.weight[0] = split.weight[0];
-  v.weight[1] = split.weight[1];
   return v;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/layout.h"
 #include "dsv4_backend.h"
 #include "thread_pool.h"
 
@@ -19,11 +20,10 @@ struct candidate_limits {
   int64_t extra = 0;
 };
 
-// Per-list factors of the per-tensor FP8 layout (kv_scale on raw e4m3 rows), 1 elsewhere.
-struct value_scales {
-  float logit[2];   // the plan's logit_scale of each list; [0] main, [1] extra
-  float weight[2];  // row factor left after `out` is taken out
-  float out;        // common factor applied once to the output
+// Per-list factors of the per-tensor FP8 layout (kv_scale on raw e4m3 rows), 1 elsewhere: the
+// value factors as split_value_scales splits them, and the logit factors.
+struct value_scales : value_scales_split {
+  float logit[2];  // the plan's logit_scale of each list; [0] main, [1] extra
 };
 value_scales value_scales_of(const dsv4_mod_plan& plan, const dsv4_mod_run& run);
 

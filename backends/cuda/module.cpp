@@ -290,9 +290,7 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
     a.logit_scale_log2[i] =
         std::max(o.softmax_scale * q_scale * multiplier[i] * 1.4426950408889634f, FLT_MIN);
   }
-  const bool has_extra = a.cache[1].base != nullptr && a.cache[1].layout != DSV4_KV_LAYOUT_NONE;
-  const value_scales_split values =
-      split_value_scales(multiplier[0], has_extra ? multiplier[1] : multiplier[0]);
+  const value_scales_split values = split_value_scales(multiplier[0], multiplier[1]);
   a.out_scale = values.out;
   a.value_scale[0] = values.weight[0];
   a.value_scale[1] = values.weight[1];

@@ -243,11 +243,9 @@ inline void plan_run(const dsv4_mod_plan& plan, const dsv4_mod_run& run, launch_
   // Per-tensor FP8 caches keep raw e4m3 rows: kv_scale scales the logits (the plan's
   // logit_scale) and the values (split_value_scales: on the output, P weighted per list).
   const bool has_extra = a.list[1].present != 0 && run.extra_cache.layout != DSV4_KV_LAYOUT_NONE;
-  const float main_mult = layout_value_multiplier(run.swa_cache.layout, run.swa_cache.kv_scale);
-  const value_scales_split split = split_value_scales(
-      main_mult, has_extra
-                     ? layout_value_multiplier(run.extra_cache.layout, run.extra_cache.kv_scale)
-                     : main_mult);
+  const value_scales_split split =
+      split_value_scales(run.swa_cache.layout, run.swa_cache.kv_scale, run.extra_cache.layout,
+                         run.extra_cache.kv_scale);
   a.out_scale = split.out;
   a.logit_scale[0] = plan.logit_scale[0];
   a.logit_scale[1] = has_extra ? plan.logit_scale[1] : plan.logit_scale[0];
