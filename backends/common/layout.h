@@ -39,31 +39,52 @@ DSV4_HD float layout_value_multiplier(uint32_t layout, float kv_scale) {
   return layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR ? kv_scale : 1.0f;
 }
 
-// How every backend applies the lists' value multipliers: one factor `out` on each output row, in
-// fp32, and a weight per list on P. The main list's multiplier is `out`, so lists that share one
-// kv_scale (or a run of one list) weight P by exactly 1 and P carries no scale into the bf16
-// rounding of the tensor-core and bf16 kernels: folded into P there, kv_scale cost up to 2^-8 of a
-// row's output where one key dominates, beyond spec 2.4's tolerances. An extra list of another
-// scale weights P by its ratio to the main list's.
-struct value_scales_split {
-  float out;
-  float weight[2];  // [0] main list, [1] extra list
+// How every backend applies the lists' value multipliers (kv_scale of a per-tensor FP8 cache, 1
+// for every other layout; spec 3.4: out = kv_scale x sum_j softmax_j x v8_j, per list).
+//
+// Kernels whose P·V takes P in fp32 weight each key's P by its list's multiplier: the product
+// rounds at 2^-24. Kernels that round P to bf16/fp16 must not weight P: that rounds the weight as
+// well, and where one key dominates a row it cost up to 2^-8 of the row's output, beyond spec 2.4's
+// tolerances. They keep P unweighted and O in the value units of the main list, switching it to
+// the extra list's for the extra list's keys (value_units): lists come main first, then extra, a
+// chunk of keys never holds both lists when the multipliers differ (`mixed`), so O changes units
+// at most twice per item, in fp32. The output factor is then the main list's multiplier. The plan
+// bounds the multipliers' ratio (kMaxValueMultiplierRatio), so that no conversion overflows.
+struct list_value_scales {
+  float multiplier[2];  // [0] main list, [1] extra list (the main one's without an extra cache)
+  float main_to_extra;  // multiplier[0] / multiplier[1]
+  float extra_to_main;  // multiplier[1] / multiplier[0]
+  int32_t mixed;        // the multipliers differ: the lists never share a chunk
 };
-DSV4_HD value_scales_split split_value_scales(float main_multiplier, float extra_multiplier) {
-  value_scales_split v;
-  const bool usable = main_multiplier > 0.0f && main_multiplier < INFINITY;
-  v.out = usable ? main_multiplier : 1.0f;
-  v.weight[0] = main_multiplier / v.out;
-  v.weight[1] = extra_multiplier / v.out;
+DSV4_HD list_value_scales list_value_scales_of(uint32_t main_layout, float main_kv_scale,
+                                               uint32_t extra_layout, float extra_kv_scale) {
+  list_value_scales v;
+  v.multiplier[0] = layout_value_multiplier(main_layout, main_kv_scale);
+  v.multiplier[1] = extra_layout == DSV4_KV_LAYOUT_NONE
+                        ? v.multiplier[0]
+                        : layout_value_multiplier(extra_layout, extra_kv_scale);
+  v.main_to_extra = v.multiplier[0] / v.multiplier[1];
+  v.extra_to_main = v.multiplier[1] / v.multiplier[0];
+  v.mixed = v.multiplier[0] != v.multiplier[1] ? 1 : 0;
   return v;
 }
-// The same from the caches' layouts and kv_scales. The extra weight is read only for an extra
-// list's keys, so an absent extra cache (layout NONE, multiplier 1) needs no case of its own.
-DSV4_HD value_scales_split split_value_scales(uint32_t main_layout, float main_kv_scale,
-                                              uint32_t extra_layout, float extra_kv_scale) {
-  return split_value_scales(layout_value_multiplier(main_layout, main_kv_scale),
-                            layout_value_multiplier(extra_layout, extra_kv_scale));
-}
+// The largest ratio of the two caches' value multipliers a plan accepts (2^64 either way).
+constexpr float kMaxValueMultiplierRatio = 18446744073709551616.0f;
+
+// The value units of an item's running O: the list of its latest chunk (0 before the first).
+struct value_units {
+  int list = 0;
+  // The factor on O's alpha for a chunk of list `li` (main_to_extra on entering the extra list).
+  DSV4_HD float enter(const list_value_scales& v, int li) {
+    const float f = li == list ? 1.0f : li == 1 ? v.main_to_extra : v.extra_to_main;
+    list = li;
+    return f;
+  }
+  // The factor that takes O back to the main list's units at the item's end (1: nothing to do).
+  DSV4_HD float to_main(const list_value_scales& v) const {
+    return list != 0 ? v.extra_to_main : 1.0f;
+  }
+};
 
 DSV4_HD bool layout_is_fp8(uint32_t layout) {
   return layout == DSV4_KV_LAYOUT_FP8_V4_584B || layout == DSV4_KV_LAYOUT_FP8_V32_656B ||

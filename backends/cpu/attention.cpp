@@ -203,12 +203,13 @@ dsv4_status check_explicit_run(const dsv4_mod_plan& plan, candidate_limits limit
 }
 
 value_scales value_scales_of(const dsv4_mod_plan& plan, const dsv4_mod_run& run) {
-  const bool has_extra =
-      run.extra_list.indices != nullptr && run.extra_cache.layout != DSV4_KV_LAYOUT_NONE;
+  // The plan's extra cache, not the run's extra list: paged runs on the fast kernels build their
+  // lists in the kernel and pass none.
+  const bool has_extra = plan.cache[1].layout != DSV4_KV_LAYOUT_NONE;
   value_scales v;
-  static_cast<value_scales_split&>(v) =
-      split_value_scales(run.swa_cache.layout, run.swa_cache.kv_scale, run.extra_cache.layout,
-                         run.extra_cache.kv_scale);
+  static_cast<list_value_scales&>(v) = list_value_scales_of(
+      run.swa_cache.layout, run.swa_cache.kv_scale,
+      has_extra ? run.extra_cache.layout : DSV4_KV_LAYOUT_NONE, run.extra_cache.kv_scale);
   v.logit[0] = plan.logit_scale[0];
   v.logit[1] = has_extra ? plan.logit_scale[1] : plan.logit_scale[0];
   return v;
@@ -239,7 +240,7 @@ int64_t attention_kernel::gather(const dsv4_mod_run& run, const value_scales& v,
       const uint8_t* block = slot_block_base(cache, idx, &entry);
       dequant_entry(cache.layout, cache.flags, block, cache.block_size, entry, s.keys + n * d_qk_);
       s.logit_mult[n] = v.logit[l];
-      s.weight[n] = v.weight[l];
+      s.weight[n] = v.multiplier[l];  // P weighted in fp32 (layout.h)
       ++n;
     }
   }
@@ -325,7 +326,7 @@ void attention_kernel::attend(const dsv4_mod_run& run, const value_scales& v, in
       if (f == 0.0f) {
         std::memset(o, 0, out_elem * kHeadDim);
       } else {
-        const float c = v.out * inv_sum[h] * f;
+        const float c = inv_sum[h] * f;
         const float* a = s.acc + h * kHeadDim;
         if (out_f32) {
           float* of = reinterpret_cast<float*>(o);

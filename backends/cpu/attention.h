@@ -21,8 +21,8 @@ struct candidate_limits {
 };
 
 // Per-list factors of the per-tensor FP8 layout (kv_scale on raw e4m3 rows), 1 elsewhere: the
-// value factors as split_value_scales splits them, and the logit factors.
-struct value_scales : value_scales_split {
+// value multipliers (list_value_scales) and the logit factors.
+struct value_scales : list_value_scales {
   float logit[2];  // the plan's logit_scale of each list; [0] main, [1] extra
 };
 value_scales value_scales_of(const dsv4_mod_plan& plan, const dsv4_mod_run& run);
@@ -50,7 +50,7 @@ class attention_kernel {
     float* keys;        // [max_candidates][d_qk] dequantised rows
     float* logits;      // [head tile][max_candidates] logits, then softmax weights
     float* logit_mult;  // [max_candidates] scale folded with the per-tensor FP8 factors
-    float* weight;      // [max_candidates] extra factor of each row's value (per-tensor FP8 mixes)
+    float* weight;      // [max_candidates] value multiplier of each row (its list's)
     float* q;           // [head tile][d_qk]
     float* acc;         // [head tile][512]
   };

@@ -52,9 +52,9 @@ struct attention_params {
   int32_t q_is_fp8;           // 1: q is e4m3 (per-tensor FP8 path)
   int32_t aligned16;          // caches allow 16-byte cp.async (base and block stride)
   float logit_scale_log2[2];  // softmax_scale * q_scale * kv_scale(list) * log2(e)
-  float value_scale[2];       // the list's weight on P (split_value_scales; 1 but for a
-                              // per-tensor FP8 extra list of another kv_scale than the main's)
-  float out_scale;            // the common value factor, applied once to each output row
+  float value_scale[2];       // the list's weight on P: 1 but for a per-tensor FP8 extra list of
+                              // another kv_scale than the main's (module.cpp: not value_units yet)
+  float out_scale;            // the main list's value multiplier, applied once to each output row
   int32_t stage_bytes;        // staging buffer for one chunk's raw rows
   int32_t q_aligned16;        // bf16 q rows are 16-byte aligned: loaded with cp.async
   int32_t out_aligned16;      // out rows are 16-byte aligned: written with 16-byte stores

@@ -290,10 +290,14 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
     a.logit_scale_log2[i] =
         std::max(o.softmax_scale * q_scale * multiplier[i] * 1.4426950408889634f, FLT_MIN);
   }
-  const value_scales_split values = split_value_scales(multiplier[0], multiplier[1]);
-  a.out_scale = values.out;
-  a.value_scale[0] = values.weight[0];
-  a.value_scale[1] = values.weight[1];
+  // The CUDA kernels do not keep O in the lists' value units yet (value_units, common/layout.h):
+  // an extra list of another kv_scale weights its bf16 P by its ratio to the main list's, which
+  // rounds the ratio with P (docs/cuda-backend.md, "Per-tensor FP8 caches of different scales").
+  const list_value_scales values = list_value_scales_of(a.cache[0].layout, a.cache[0].kv_scale,
+                                                        a.cache[1].layout, a.cache[1].kv_scale);
+  a.out_scale = values.multiplier[0];
+  a.value_scale[0] = 1.0f;
+  a.value_scale[1] = values.extra_to_main;
   a.stage_bytes = static_cast<int32_t>(p.stage_bytes);
   a.q_aligned16 = !a.q_is_fp8 && reinterpret_cast<uintptr_t>(run.q.data) % 16 == 0 &&
                   run.q.stride_b % 8 == 0 && run.q.stride_s % 8 == 0 && run.q.stride_h % 8 == 0;

@@ -85,7 +85,7 @@ __global__ void DSV4_KERNEL_BOUNDS_MIN((simt_shape<HG, DQK>::kThreads),
   float* q_s = reinterpret_cast<float*>(smem + map.q);
   float* k_s = reinterpret_cast<float*>(smem + map.k);
   float* s_s = reinterpret_cast<float*>(smem + map.s);  // [HG][KC] logits, log2 domain
-  float* p_s = reinterpret_cast<float*>(smem + map.p);  // [KC][HG] probabilities x value scale
+  float* p_s = reinterpret_cast<float*>(smem + map.p);  // [KC][HG] probabilities
   float* m_s = reinterpret_cast<float*>(smem + map.m);
   float* l_s = reinterpret_cast<float*>(smem + map.l);
   float* alpha_s = reinterpret_cast<float*>(smem + map.alpha);
@@ -130,6 +130,7 @@ __global__ void DSV4_KERNEL_BOUNDS_MIN((simt_shape<HG, DQK>::kThreads),
   const int c_begin = item.split * p.chunks_per_split;
   const int c_total = p.chunks[0] + p.chunks[1];
   const int c_end = c_begin + p.chunks_per_split < c_total ? c_begin + p.chunks_per_split : c_total;
+  value_units units;
   for (int c = c_begin; c < c_end; ++c) {
     const int li = c < p.chunks[0] ? 0 : 1;
     const int pos0 = (c < p.chunks[0] ? c : c - p.chunks[0]) * KC;
@@ -202,13 +203,12 @@ __global__ void DSV4_KERNEL_BOUNDS_MIN((simt_shape<HG, DQK>::kThreads),
       const float m_old = m_run;
       const float m_new = fmaxf(m_old, cmax);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float vs = p.value_scale[li];
       float sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < KPT; ++j) {
         const float e = exp2f(sv[j] - m_use);
         sum += e;
-        if (sm_owner) p_s[(k0 + j) * HG + r] = e * vs;
+        if (sm_owner) p_s[(k0 + j) * HG + r] = e;
       }
 #pragma unroll
       for (int off = TPR / 2; off > 0; off /= 2) sum += shfl_xor(sum, off);
@@ -220,9 +220,10 @@ __global__ void DSV4_KERNEL_BOUNDS_MIN((simt_shape<HG, DQK>::kThreads),
     __syncthreads();  // P and alpha ready
 
     // ---- O = alpha O + P V -------------------------------------------------------------------
+    const float to_units = units.enter(p.values, li);  // O's value units (common/layout.h)
 #pragma unroll
     for (int a = 0; a < RH; ++a) {
-      const float alpha = alpha_s[pv_head0 + a];
+      const float alpha = alpha_s[pv_head0 + a] * to_units;
 #pragma unroll
       for (int j = 0; j < 8; ++j) o[a][j] *= alpha;
     }
@@ -244,6 +245,13 @@ __global__ void DSV4_KERNEL_BOUNDS_MIN((simt_shape<HG, DQK>::kThreads),
         o[a][7] = fmaf(pk[a], v1.w, o[a][7]);
       }
     }
+  }
+  const float to_main = units.to_main(p.values);  // O back to the main list's value units
+  if (to_main != 1.0f) {
+#pragma unroll
+    for (int a = 0; a < RH; ++a)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[a][j] *= to_main;
   }
   if (sm_lead) {
     m_s[sm_row] = m_run;

@@ -401,7 +401,8 @@ DSV4_DEV void finish_row(const attention_params& p, const block_item& item, int 
   if (p.num_splits == 1) {
     float f = 0.0f;
     if (!empty)
-      f = (p.attn_sink != nullptr ? sink_factor(p.attn_sink[h], lse) : 1.0f) / l * p.out_scale;
+      f = (p.attn_sink != nullptr ? sink_factor(p.attn_sink[h], lse) : 1.0f) / l *
+          p.values.multiplier[0];
     float v[8];
     for (int j = 0; j < 8; ++j) v[j] = o[j] * f;
     store_out8(p, token_offset(p.out, t, p.seq_q, h) + dim0, v);
@@ -415,7 +416,7 @@ DSV4_DEV void finish_row(const attention_params& p, const block_item& item, int 
   }
   const int64_t row = (t * p.num_splits + item.split) * p.num_heads + h;
   if (!empty) {  // an empty part's O is never read (merge_weight 0)
-    const float f = p.out_scale / l;
+    const float f = p.values.multiplier[0] / l;
     float* dst = p.partial_o + row * kHeadDim + dim0;
     *reinterpret_cast<float4*>(dst) = make_float4(o[0] * f, o[1] * f, o[2] * f, o[3] * f);
     *reinterpret_cast<float4*>(dst + 4) = make_float4(o[4] * f, o[5] * f, o[6] * f, o[7] * f);

@@ -152,6 +152,7 @@ __global__ void DSV4_KERNEL_BOUNDS(kMfmaThreads) attention_mfma_kernel(const att
   const int c_begin = item.split * p.chunks_per_split;
   const int c_total = p.chunks[0] + p.chunks[1];
   const int c_end = c_begin + p.chunks_per_split < c_total ? c_begin + p.chunks_per_split : c_total;
+  value_units units;
   for (int c = c_begin; c < c_end; ++c) {
     const int li = c < p.chunks[0] ? 0 : 1;
     const int pos0 = (c < p.chunks[0] ? c : c - p.chunks[0]) * KC;
@@ -201,13 +202,12 @@ __global__ void DSV4_KERNEL_BOUNDS(kMfmaThreads) attention_mfma_kernel(const att
       const float m_old = m_run;
       const float m_new = fmaxf(m_old, cmax);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float vs = p.value_scale[li];
       float sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < KPT; ++j) {
         const float e = exp2f(sv[j] - m_use);
         sum += e;
-        p_s[r * TS + k0 + j] = f32_to_bf16(e * vs);  // RNE, as FlashMLA rounds P
+        p_s[r * TS + k0 + j] = f32_to_bf16(e);  // RNE, as FlashMLA rounds P (never weighted)
       }
 #pragma unroll
       for (int off = TPR / 2; off > 0; off /= 2) sum += shfl_xor(sum, off);
@@ -220,9 +220,10 @@ __global__ void DSV4_KERNEL_BOUNDS(kMfmaThreads) attention_mfma_kernel(const att
 
     // O = alpha O + P V on this wavefront's head tile and value dims.
     {
+      const float to_units = units.enter(p.values, li);  // O's value units (common/layout.h)
       float alpha[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) alpha[i] = alpha_s[tile * 16 + 4 * (lane / 16) + i];
+      for (int i = 0; i < 4; ++i) alpha[i] = alpha_s[tile * 16 + 4 * (lane / 16) + i] * to_units;
       uint16_t a[4];
       load4_bf16(p_s + (tile * 16 + lane % 16) * TS + 4 * (lane / 16), a);
 #pragma unroll
@@ -235,6 +236,13 @@ __global__ void DSV4_KERNEL_BOUNDS(kMfmaThreads) attention_mfma_kernel(const att
         mfma_tile(a, b, o[n]);
       }
     }
+  }
+  const float to_main = units.to_main(p.values);  // O back to the main list's value units
+  if (to_main != 1.0f) {
+#pragma unroll
+    for (int n = 0; n < S::kPvTiles; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[n][i] *= to_main;
   }
   if (tid % kTPR == 0) {
     m_s[tid / kTPR] = m_run;
@@ -256,7 +264,8 @@ __global__ void DSV4_KERNEL_BOUNDS(kMfmaThreads) attention_mfma_kernel(const att
     if (p.num_splits == 1) {
       float f = 0.0f;
       if (!empty)
-        f = (p.attn_sink != nullptr ? sink_factor(p.attn_sink[h], lse) : 1.0f) / l * p.out_scale;
+        f = (p.attn_sink != nullptr ? sink_factor(p.attn_sink[h], lse) : 1.0f) / l *
+            p.values.multiplier[0];
       const int64_t off = token_offset(p.out, t, p.seq_q, h) + part * S::kPvTiles * 16 + lane % 16;
 #pragma unroll
       for (int n = 0; n < S::kPvTiles; ++n) {
@@ -277,7 +286,7 @@ __global__ void DSV4_KERNEL_BOUNDS(kMfmaThreads) attention_mfma_kernel(const att
         float* dst = p.partial_o + prow * kHeadDim;
 #pragma unroll
         for (int n = 0; n < S::kPvTiles; ++n)
-          dst[(part * S::kPvTiles + n) * 16 + lane % 16] = o[n][i] / l * p.out_scale;
+          dst[(part * S::kPvTiles + n) * 16 + lane % 16] = o[n][i] / l * p.values.multiplier[0];
       }
       if (stats) {
         p.partial_lse[prow] = lse;

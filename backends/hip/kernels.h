@@ -33,9 +33,8 @@ struct attention_params {
   int32_t out_f32;            // 1: out is fp32 (the plan's out_dtype: partials for dsv4_merge)
   int32_t aligned16;          // caches allow 16-byte loads (base and block stride)
   float logit_scale_log2[2];  // softmax_scale * q_scale * kv_scale(list) * log2(e)
-  float value_scale[2];       // the list's weight on P (split_value_scales; 1 but for a
-                              // per-tensor FP8 extra list of another kv_scale than the main's)
-  float out_scale;            // the common value factor, applied once to each output row
+  list_value_scales values;   // value multipliers (multiplier[0] on each output row) and O's unit
+                              // conversions (value_units; common/layout.h)
   dsv4_mod_token_view q;
   dsv4_mod_token_view out;
   dsv4_mod_token_view lse;

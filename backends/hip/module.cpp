@@ -212,11 +212,8 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
     // Positive even where the product underflows (a 0 scale would make 0 * -inf NaNs).
     a.logit_scale_log2[i] = std::max(o.logit_scale[i] * 1.4426950408889634f, FLT_MIN);
   }
-  const value_scales_split values = split_value_scales(o.cache[0].layout, o.cache[0].kv_scale,
-                                                       o.cache[1].layout, o.cache[1].kv_scale);
-  a.out_scale = values.out;
-  a.value_scale[0] = values.weight[0];
-  a.value_scale[1] = values.weight[1];
+  a.values = list_value_scales_of(o.cache[0].layout, o.cache[0].kv_scale, o.cache[1].layout,
+                                  o.cache[1].kv_scale);
   a.q = run.q;
   a.out = run.out;
   a.lse = run.lse;

@@ -200,7 +200,7 @@ dsv4_attention(__global const uchar* q, __global uchar* out, __global float* lse
   }
   const float row_lse = m + log(l);
   const float f = p.has_sink ? dsv4_sink_factor(sink[head], row_lse) : 1.0f;
-  const float scale = p.out_scale * (1.0f / l) * f;
+  const float scale = (1.0f / l) * f;
   for (int k = 0; k < DSV4_CL_DIMS_PER_ITEM; ++k) {
     const long at = o_off + sub + DSV4_CL_KEY_CHUNK * k;
     const float v = f == 0.0f ? 0.0f : acc[k] * scale;

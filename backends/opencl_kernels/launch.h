@@ -241,16 +241,15 @@ inline void plan_run(const dsv4_mod_plan& plan, const dsv4_mod_run& run, launch_
     }
   }
   // Per-tensor FP8 caches keep raw e4m3 rows: kv_scale scales the logits (the plan's
-  // logit_scale) and the values (split_value_scales: on the output, P weighted per list).
+  // logit_scale) and the values (each list's multiplier on its fp32 P, layout.h).
   const bool has_extra = a.list[1].present != 0 && run.extra_cache.layout != DSV4_KV_LAYOUT_NONE;
-  const value_scales_split split =
-      split_value_scales(run.swa_cache.layout, run.swa_cache.kv_scale, run.extra_cache.layout,
-                         run.extra_cache.kv_scale);
-  a.out_scale = split.out;
+  const list_value_scales values =
+      list_value_scales_of(run.swa_cache.layout, run.swa_cache.kv_scale, run.extra_cache.layout,
+                           run.extra_cache.kv_scale);
   a.logit_scale[0] = plan.logit_scale[0];
   a.logit_scale[1] = has_extra ? plan.logit_scale[1] : plan.logit_scale[0];
-  a.weight[0] = split.weight[0];
-  a.weight[1] = split.weight[1];
+  a.weight[0] = values.multiplier[0];
+  a.weight[1] = values.multiplier[1];
 
   launch& k = out->add(kAttention, ph);
   k.groups[0] = static_cast<size_t>((plan.num_heads + DSV4_CL_HEAD_TILE - 1) / DSV4_CL_HEAD_TILE);

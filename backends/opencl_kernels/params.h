@@ -89,8 +89,7 @@ typedef struct dsv4_cl_attention_params {
   dsv4_cl_cache cache[2];
   dsv4_cl_list list[2];
   float logit_scale[2]; /* softmax scale x q scale x per-tensor kv scale, per list */
-  float weight[2];      /* per-list factor of a row's value (mixed per-tensor FP8 caches) */
-  float out_scale;      /* common value factor applied once to the output */
+  float weight[2];      /* each list's value multiplier, on its fp32 P (common/layout.h) */
   dsv4_cl_i32 num_tokens;
   dsv4_cl_i32 seq_q;
   dsv4_cl_i32 num_heads;

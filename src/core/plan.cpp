@@ -216,8 +216,18 @@ dsv4_plan_options normalize_plan_options(const dsv4_plan_options* options) {
     fail(DSV4_STATUS_INVALID_ARGUMENT, "options->num_heads = %d must be in 1..%d", o.num_heads,
          kMaxHeads);
   normalize_cache_desc(o.swa_cache, "options->swa_cache");
-  if (o.extra_cache.layout != DSV4_KV_LAYOUT_NONE)
+  if (o.extra_cache.layout != DSV4_KV_LAYOUT_NONE) {
     normalize_cache_desc(o.extra_cache, "options->extra_cache");
+    // The kernels convert a running output between the lists' value units (layout.h).
+    const list_value_scales v = list_value_scales_of(o.swa_cache.layout, o.swa_cache.kv_scale,
+                                                     o.extra_cache.layout, o.extra_cache.kv_scale);
+    if (!(v.main_to_extra <= kMaxValueMultiplierRatio &&
+          v.main_to_extra >= 1.0f / kMaxValueMultiplierRatio))
+      fail(DSV4_STATUS_INVALID_ARGUMENT,
+           "options->extra_cache.kv_scale: the caches' value scales (%g for swa_cache, %g for "
+           "extra_cache) differ by more than 2^64",
+           static_cast<double>(v.multiplier[0]), static_cast<double>(v.multiplier[1]));
+  }
   const int32_t layout_dim = layout_head_dim_qk(o.swa_cache.layout);
   if (o.head_dim_qk != layout_dim)
     fail(DSV4_STATUS_INVALID_ARGUMENT,

@@ -49,6 +49,7 @@ struct Layer {
   RefPagedConfig cfg;
   uint32_t layout = DSV4_KV_LAYOUT_FP8_V4_584B;
   int64_t heads = 8;
+  float kv_scale[2] = {1.0f, 1.0f};  // per-tensor FP8: the SWA / compressed cache's
   int64_t d_qk() const { return layout == DSV4_KV_LAYOUT_FP8_V32_656B ? 576 : 512; }
   bool compressed() const { return cfg.compress_ratio > 1; }
   bool c4a() const { return cfg.compress_ratio == 4; }
@@ -79,12 +80,12 @@ dsv4_plan_options plan_options(const Layer& l, const Step& s, uint32_t mode) {
   o.swa_cache.layout = l.layout;
   o.swa_cache.block_size = static_cast<int32_t>(l.cfg.swa_block_size);
   o.swa_cache.block_stride_bytes = 0;
-  o.swa_cache.kv_scale = 1.0f;
+  o.swa_cache.kv_scale = l.kv_scale[0];
   if (l.compressed()) {
     o.extra_cache.layout = l.layout;
     o.extra_cache.block_size = static_cast<int32_t>(l.cfg.cmp_block_size);
     o.extra_cache.block_stride_bytes = 0;
-    o.extra_cache.kv_scale = 1.0f;
+    o.extra_cache.kv_scale = l.kv_scale[1];
   } else {
     o.extra_cache.layout = DSV4_KV_LAYOUT_NONE;
   }
@@ -499,6 +500,11 @@ Layer random_layer(Rng& rng) {
                                             DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR,
                                             DSV4_KV_LAYOUT_FP8_V32_656B});
   l.heads = rng.pick(std::vector<int64_t>{1, 3, 8, 16, 64, 128});
+  if (l.layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR) {
+    // Caches of different scales: the lists' logit and value factors differ.
+    l.kv_scale[0] = static_cast<float>(rng.uniform(0.002, 0.004));
+    l.kv_scale[1] = static_cast<float>(rng.uniform(0.002, 0.004));
+  }
   return l;
 }
 
@@ -903,7 +909,7 @@ void write_referenced_rows(dsv4_ctx* ctx, Rng& rng, const Layer& l, const Step& 
     w.cache_desc.layout = l.layout;
     w.cache_desc.block_size =
         static_cast<int32_t>(which == 0 ? l.cfg.swa_block_size : l.cfg.cmp_block_size);
-    w.cache_desc.kv_scale = 1.0f;
+    w.cache_desc.kv_scale = l.kv_scale[which];
     w.values = vt.get();
     w.slots = stt.get();
     w.cache = which == 0 ? db.swa_cache_t.get() : db.cmp_cache_t.get();
@@ -996,6 +1002,7 @@ TEST(PagedRandom, AttentionMatchesExplicitAndReference) {
     prob.main.block_size = l.cfg.swa_block_size;
     prob.main.block_stride_bytes = block_bytes(l.layout, l.cfg.swa_block_size);
     prob.main.num_blocks = s.swa_num_blocks;
+    prob.main.kv_scale = l.kv_scale[0];
     prob.main_lists = ref.swa;
     if (l.compressed()) {
       prob.extra.base = db.cmp_host.data();
@@ -1003,6 +1010,7 @@ TEST(PagedRandom, AttentionMatchesExplicitAndReference) {
       prob.extra.block_size = l.cfg.cmp_block_size;
       prob.extra.block_stride_bytes = block_bytes(l.layout, l.cfg.cmp_block_size);
       prob.extra.num_blocks = s.cmp_num_blocks;
+      prob.extra.kv_scale = l.kv_scale[1];
       prob.extra_lists = ref.cmp;
     }
     const RefResult want = reference_attention(prob);

@@ -671,6 +671,28 @@ TEST_F(BadInput, PlanCreateRejectsBadOptions) {
        },
        {kInvalid},
        "FNUZ"},
+      {"per-tensor FP8 caches 2^65 apart",
+       [](dsv4_plan_options& o) {
+         o.swa_cache.layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+         o.swa_cache.block_stride_bytes = 0;
+         o.swa_cache.kv_scale = 0x1p-40f;
+         o.extra_cache = o.swa_cache;
+         o.extra_cache.kv_scale = 0x1p25f;
+         o.extra_topk = 16;
+       },
+       {kInvalid},
+       "options->extra_cache.kv_scale"},
+      {"per-tensor FP8 cache 2^70 below a bf16 one",
+       [](dsv4_plan_options& o) {
+         o.swa_cache.layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+         o.swa_cache.block_stride_bytes = 0;
+         o.swa_cache.kv_scale = 0x1p-70f;
+         o.extra_cache = o.swa_cache;
+         o.extra_cache.layout = DSV4_KV_LAYOUT_BF16;
+         o.extra_topk = 16;
+       },
+       {kInvalid},
+       "options->extra_cache.kv_scale"},
       {"plan flags unknown bit",
        [](dsv4_plan_options& o) { o.flags = 0x80; },
        {kInvalid},

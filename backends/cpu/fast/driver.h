@@ -444,7 +444,6 @@ struct item_scratch {
   float* row_max;   // [kMaxRowsPerItem] running max
   float* row_sum;   // [kMaxRowsPerItem] running sum of p
   float* key_mult;  // [kChunkKeys] logit factor of each key (its list's)
-  float* key_weight;
 };
 
 inline size_t max_tile_bytes(int d_qk) {
@@ -474,15 +473,15 @@ inline size_t scratch_layout(int d_qk, int64_t max_candidates, uint8_t* base, it
   t.row_max = reinterpret_cast<float*>(take(kMaxRowsPerItem * 4));
   t.row_sum = reinterpret_cast<float*>(take(kMaxRowsPerItem * 4));
   t.key_mult = reinterpret_cast<float*>(take(kChunkKeys * 4));
-  t.key_weight = reinterpret_cast<float*>(take(kChunkKeys * 4));
   if (s != nullptr) *s = t;
   return off;
 }
 
-// Valid candidates of token t (main list, then extra list), in list order; returns the count.
-// Paged runs build the token's two lists here, with the shared builders, into `slots` itself
-// (SWA row, then compressed row), and compact them in place.
-inline int64_t gather_candidates(const fast_job& job, int64_t t, int32_t* slots, uint8_t* list) {
+// Valid candidates of token t (main list, then extra list), in list order; returns the count and
+// sets *n_main to the main list's. Paged runs build the token's two lists here, with the shared
+// builders, into `slots` itself (SWA row, then compressed row), and compact them in place.
+inline int64_t gather_candidates(const fast_job& job, int64_t t, int32_t* slots, uint8_t* list,
+                                 int64_t* n_main) {
   const dsv4_mod_run& run = *job.run;
   const dsv4_mod_index_list* lists[2] = {&run.main_list, &run.extra_list};
   const dsv4_mod_cache* caches[2] = {&run.swa_cache, &run.extra_cache};
@@ -497,8 +496,10 @@ inline int64_t gather_candidates(const fast_job& job, int64_t t, int32_t* slots,
                       g.cmp_width > 0 ? slots + g.window : nullptr, 1, &paged_len[1]);
   }
   int64_t n = 0;
+  *n_main = 0;
   [[maybe_unused]] bool first = true;
   for (int l = 0; l < 2; ++l) {
+    if (l == 1) *n_main = n;
     int64_t count;
     list_row row;
     if (job.paged) {
@@ -524,8 +525,28 @@ inline int64_t gather_candidates(const fast_job& job, int64_t t, int32_t* slots,
   return n;
 }
 
-// Writes one row's result from its state (running max m, sum s, acc = sum p v). out holds the
-// plan's out_dtype: bf16, or fp32 (partials for dsv4_merge, no rounding step).
+// The chunks of an item's candidates: kChunk keys each in list order; where the lists' value
+// multipliers differ, the extra list starts a chunk of its own (O changes units there, layout.h).
+struct chunk_walk {
+  int64_t n, n_main, chunk;
+  bool by_list;
+  int64_t main_chunks() const { return by_list ? (n_main + chunk - 1) / chunk : 0; }
+  int64_t count() const {
+    return by_list ? main_chunks() + (n - n_main + chunk - 1) / chunk : (n + chunk - 1) / chunk;
+  }
+  int64_t begin(int64_t c) const {
+    const int64_t m = main_chunks();
+    return c < m || !by_list ? c * chunk : n_main + (c - m) * chunk;
+  }
+  int64_t end(int64_t c) const {
+    const int64_t stop = by_list && c < main_chunks() ? n_main : n;
+    return begin(c) + chunk < stop ? begin(c) + chunk : stop;
+  }
+};
+
+// Writes one row's result from its state (running max m, sum s, acc = sum p v in the main list's
+// value units). out holds the plan's out_dtype: bf16, or fp32 (partials for dsv4_merge, no
+// rounding step).
 inline void write_row(const fast_job& job, int64_t t, int h, float m, float s, const float* acc) {
   const dsv4_mod_run& run = *job.run;
   const int64_t seq_q = run.seq_q;
@@ -548,7 +569,7 @@ inline void write_row(const fast_job& job, int64_t t, int h, float m, float s, c
   if (f == 0.0f) {
     std::memset(o, 0, elem * kHeadDim);
   } else {
-    const float c = job.scales.out * (1.0f / s) * f;
+    const float c = job.scales.multiplier[0] * (1.0f / s) * f;
     if (job.out_f32) {
       float* of = reinterpret_cast<float*>(o);
       for (int d = 0; d < kHeadDim; ++d) of[d] = acc[d] * c;
@@ -582,10 +603,12 @@ void load_queries(const fast_job& job, int64_t t0, int ntok, int h0, int nh, int
   }
 }
 
-// Folds one chunk's logits into the running state of each row and writes P (Isa format), on the
-// Isa's softmax lanes (Isa::lanes: lanes8 or lanes16).
+// Folds one chunk's logits into the running state of each row and writes P (Isa format, never
+// weighted: layout.h), on the Isa's softmax lanes (Isa::lanes: lanes8 or lanes16). acc_units
+// converts the accumulator into this chunk's value units (value_units::enter).
 template <class Isa>
-__attribute__((noinline)) void softmax_chunk(int rows, int nk, int npad, const item_scratch& s) {
+__attribute__((noinline)) void softmax_chunk(int rows, int nk, int npad, float acc_units,
+                                             const item_scratch& s) {
   using V = typename Isa::lanes;
   auto* p = static_cast<typename Isa::p_t*>(s.p);
   const int n16 = round_up_int(npad, 16);  // whole 16-key groups (the tile padding is 8 or 32)
@@ -614,12 +637,12 @@ __attribute__((noinline)) void softmax_chunk(int rows, int nk, int npad, const i
     for (int j = 0; j < n16; j += V::kLanes) {
       const auto e = exp_lanes<V>(V::sub(V::load(l + j), mv));
       lane_sum = V::add(lane_sum, e);
-      V::store_p(pr + j, V::mul(e, V::load(s.key_weight + j)));
+      V::store_p(pr + j, e);
     }
     s.row_sum[r] = s.row_sum[r] * alpha + V::reduce_add(lane_sum);
     s.row_max[r] = m_new;
-    if (alpha != 1.0f) {
-      const auto av = V::set1(alpha);
+    if (alpha * acc_units != 1.0f) {
+      const auto av = V::set1(alpha * acc_units);
       float* acc = s.acc + static_cast<size_t>(r) * kHeadDim;
       for (int d = 0; d < kHeadDim; d += V::kLanes) V::store(acc + d, V::mul(V::load(acc + d), av));
     }
@@ -642,8 +665,12 @@ void run_item(const fast_job& job, int64_t item, int worker) {
   const int rows = ntok * nh;
   const int rows_pad = round_up_int(rows, Isa::kRowPad);
 
-  const int64_t n = gather_candidates(job, t0, s.slots, s.list);
-  const int64_t chunks = (n + Isa::kChunk - 1) / Isa::kChunk;
+  chunk_walk walk{};
+  walk.n = gather_candidates(job, t0, s.slots, s.list, &walk.n_main);
+  walk.chunk = Isa::kChunk;
+  walk.by_list = job.scales.mixed;
+  const int64_t n = walk.n;
+  const int64_t chunks = walk.count();
   const int64_t per_split = (chunks + job.splits - 1) / job.splits;
   const int64_t c_begin = std::min(chunks, split * per_split);
   const int64_t c_end = std::min(chunks, c_begin + per_split);
@@ -653,40 +680,44 @@ void run_item(const fast_job& job, int64_t item, int worker) {
     s.row_sum[r] = 0.0f;
   }
   std::memset(s.acc, 0, sizeof(float) * static_cast<size_t>(rows_pad) * kHeadDim);
+  value_units units;
   if (c_end > c_begin) {
-    prefetch_chunk_head(run, s.slots, s.list, c_begin * Isa::kChunk, n);
+    prefetch_chunk_head(run, s.slots, s.list, walk.begin(c_begin), n);
     auto* q = static_cast<typename Isa::q_t*>(s.q);
     load_queries<Isa>(job, t0, ntok, h0, nh, rows_pad, q);
     row_stream stream;
     for (int64_t c = c_begin; c < c_end; ++c) {
-      const int64_t k0 = c * Isa::kChunk;
-      const int nk = static_cast<int>(std::min<int64_t>(Isa::kChunk, n - k0));
+      const int64_t k0 = walk.begin(c);
+      const int nk = static_cast<int>(walk.end(c) - k0);
       const int npad = round_up_int(nk, Isa::kKeyPad);
-      for (int j = 0; j < round_up_int(npad, 16); ++j) {
-        const int l = j < nk ? s.list[k0 + j] : 0;
-        s.key_mult[j] = job.scales.logit[l];
-        s.key_weight[j] = j < nk ? job.scales.weight[l] : 0.0f;
-      }
+      for (int j = 0; j < round_up_int(npad, 16); ++j)
+        s.key_mult[j] = job.scales.logit[j < nk ? s.list[k0 + j] : 0];
+      const float acc_units = units.enter(job.scales, s.list[k0]);
       Isa::build_tile(run, job.d_qk, s.slots + k0, s.list + k0, nk, npad, s.tile);
-      const int64_t next_end = c + 1 < c_end ? std::min<int64_t>(n, k0 + 2 * Isa::kChunk) : k0;
-      stream.start(run, s.slots, s.list, k0 + Isa::kChunk, next_end,
+      const int64_t next_begin = c + 1 < c_end ? walk.begin(c + 1) : k0;
+      const int64_t next_end = c + 1 < c_end ? walk.end(c + 1) : k0;
+      stream.start(run, s.slots, s.list, next_begin, next_end,
                    Isa::pace_steps(rows_pad, job.d_qk, npad));
       Isa::qk(q, rows_pad, job.d_qk, s.tile, npad, s.logits, stream);
-      softmax_chunk<Isa>(rows, nk, npad, s);
+      softmax_chunk<Isa>(rows, nk, npad, acc_units, s);
       Isa::pv(static_cast<const typename Isa::p_t*>(s.p), rows_pad, job.d_qk, s.tile, npad, s.acc,
               stream);
       stream.finish();
     }
   }
 
+  const float to_main = units.to_main(job.scales);
+  if (to_main != 1.0f) {
+    for (size_t i = 0; i < static_cast<size_t>(rows) * kHeadDim; ++i) s.acc[i] *= to_main;
+  }
   if (job.splits == 1) {
     for (int r = 0; r < rows; ++r)
       write_row(job, t0 + r / nh, h0 + r % nh, s.row_max[r], s.row_sum[r],
                 s.acc + static_cast<size_t>(r) * kHeadDim);
     return;
   }
-  // Key splits: publish this split's states ([pair][split][rows_cap] states); the last split
-  // to finish merges all of them in split order (so the result does not depend on which worker
+  // Key splits: publish this split's states ([pair][split][rows_cap] states); the last split to
+  // finish merges all of them in split order (so the result does not depend on which worker
   // finishes last).
   constexpr size_t kState = kHeadDim + 2;
   const int64_t pair = g * job.head_groups + hg;

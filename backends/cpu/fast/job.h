@@ -4,10 +4,11 @@
 // Work item = (token group, head group, key split). A token group is a run of consecutive tokens
 // whose candidate lists are identical (the MTP tokens of one request when the engine passes one
 // list per request): their rows are decoded once for all of their query rows. Every item walks
-// its keys in fixed chunks of valid candidates (in list order; fast_chunk_keys) with an online
-// softmax, so a row's arithmetic depends only on its own lists, never on the batch, the head
-// grouping or the thread count. Key splits (several items per row, merged in split order) exist
-// only without DSV4_PLAN_FLAG_BATCH_INVARIANT, when there are fewer rows than workers.
+// its keys in fixed chunks of valid candidates (in list order; fast_chunk_keys; the extra list
+// starts a chunk where the lists' value scales differ, chunk_walk) with an online softmax, so a
+// row's arithmetic depends only on its own lists, never on the batch, the head grouping or the
+// thread count. Key splits (several items per row, merged in split order) exist only without
+// DSV4_PLAN_FLAG_BATCH_INVARIANT, when there are fewer rows than workers.
 #pragma once
 
 #include <atomic>
