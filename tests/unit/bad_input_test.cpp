@@ -613,6 +613,18 @@ TEST_F(BadInput, WorkspaceTooSmall) {
 }
 
 // ------------------------------------------------------------------------------- plan_create
+// A per-tensor FP8 SWA cache of kv_scale `main_scale` and an extra cache of `extra_layout`.
+void per_tensor_pair(dsv4_plan_options& o, float main_scale, uint32_t extra_layout,
+                     float extra_scale) {
+  o.swa_cache.layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
+  o.swa_cache.block_stride_bytes = 0;
+  o.swa_cache.kv_scale = main_scale;
+  o.extra_cache = o.swa_cache;
+  o.extra_cache.layout = extra_layout;
+  o.extra_cache.kv_scale = extra_scale;
+  o.extra_topk = 16;
+}
+
 TEST_F(BadInput, PlanCreateRejectsBadOptions) {
   struct Case {
     const char* what;
@@ -673,24 +685,12 @@ TEST_F(BadInput, PlanCreateRejectsBadOptions) {
        "FNUZ"},
       {"per-tensor FP8 caches 2^65 apart",
        [](dsv4_plan_options& o) {
-         o.swa_cache.layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
-         o.swa_cache.block_stride_bytes = 0;
-         o.swa_cache.kv_scale = 0x1p-40f;
-         o.extra_cache = o.swa_cache;
-         o.extra_cache.kv_scale = 0x1p25f;
-         o.extra_topk = 16;
+         per_tensor_pair(o, 0x1p-40f, DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR, 0x1p25f);
        },
        {kInvalid},
        "options->extra_cache.kv_scale"},
       {"per-tensor FP8 cache 2^70 below a bf16 one",
-       [](dsv4_plan_options& o) {
-         o.swa_cache.layout = DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;
-         o.swa_cache.block_stride_bytes = 0;
-         o.swa_cache.kv_scale = 0x1p-70f;
-         o.extra_cache = o.swa_cache;
-         o.extra_cache.layout = DSV4_KV_LAYOUT_BF16;
-         o.extra_topk = 16;
-       },
+       [](dsv4_plan_options& o) { per_tensor_pair(o, 0x1p-70f, DSV4_KV_LAYOUT_BF16, 1.0f); },
        {kInvalid},
        "options->extra_cache.kv_scale"},
       {"plan flags unknown bit",
