@@ -2,7 +2,6 @@
 // data and scales live inside a block, block geometry, row dequantisation and the vLLM quantiser.
 #pragma once
 
-#include <math.h>
 #include <stdint.h>
 
 #include "codec.h"
@@ -31,7 +30,6 @@ DSV4_HD bool layout_is_known(uint32_t layout) {
          layout == DSV4_KV_LAYOUT_FP16;
 }
 
-// Layouts whose entries hold FP8 bytes (the only ones DSV4_KV_CACHE_FLAG_FP8_FNUZ applies to).
 // The per-tensor FP8 layout's raw e4m3 values times the cache's kv_scale are its true values
 // (spec 3.4: out = kv_scale x sum_j softmax_j x v8_j); every other layout dequantises to true
 // values.
@@ -86,6 +84,7 @@ struct value_units {
   }
 };
 
+// Layouts whose entries hold FP8 bytes (the only ones DSV4_KV_CACHE_FLAG_FP8_FNUZ applies to).
 DSV4_HD bool layout_is_fp8(uint32_t layout) {
   return layout == DSV4_KV_LAYOUT_FP8_V4_584B || layout == DSV4_KV_LAYOUT_FP8_V32_656B ||
          layout == DSV4_KV_LAYOUT_FP8_E4M3_PER_TENSOR;

@@ -282,19 +282,17 @@ dsv4_status run_plan(const plan& p, const dsv4_mod_run& run) {
   a.aligned16 = caches_aligned ? 1 : 0;
   a.stream_rows = rows_read_once(run.num_tokens, a.seq_q, p.width, a.cache) ? 1 : 0;
   const float q_scale = a.q_is_fp8 ? o.q_scale : 1.0f;
-  float multiplier[2];
-  for (int i = 0; i < 2; ++i) {
-    multiplier[i] = layout_value_multiplier(a.cache[i].layout, a.cache[i].kv_scale);
-    // Positive even where the product underflows: the Hopper softmax scales its maxima and logits
-    // by it (0 * -inf would be NaN there).
-    a.logit_scale_log2[i] =
-        std::max(o.softmax_scale * q_scale * multiplier[i] * 1.4426950408889634f, FLT_MIN);
-  }
   // The CUDA kernels do not keep O in the lists' value units yet (value_units, common/layout.h):
   // an extra list of another kv_scale weights its bf16 P by its ratio to the main list's, which
   // rounds the ratio with P (docs/cuda-backend.md, "Per-tensor FP8 caches of different scales").
   const list_value_scales values = list_value_scales_of(a.cache[0].layout, a.cache[0].kv_scale,
                                                         a.cache[1].layout, a.cache[1].kv_scale);
+  for (int i = 0; i < 2; ++i) {
+    // Positive even where the product underflows: the Hopper softmax scales its maxima and logits
+    // by it (0 * -inf would be NaN there).
+    a.logit_scale_log2[i] =
+        std::max(o.softmax_scale * q_scale * values.multiplier[i] * 1.4426950408889634f, FLT_MIN);
+  }
   a.out_scale = values.multiplier[0];
   a.value_scale[0] = 1.0f;
   a.value_scale[1] = values.extra_to_main;

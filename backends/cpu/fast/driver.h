@@ -540,7 +540,8 @@ struct chunk_walk {
   }
   int64_t end(int64_t c) const {
     const int64_t stop = by_list && c < main_chunks() ? n_main : n;
-    return begin(c) + chunk < stop ? begin(c) + chunk : stop;
+    const int64_t full = begin(c) + chunk;
+    return full < stop ? full : stop;
   }
 };
 
